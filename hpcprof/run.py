@@ -1,0 +1,221 @@
+"""The run directory: the contract between launch and analysis. Its paths and its manifest are read
+and written here and nowhere else (see docs/contract.md for the field list).
+
+    runs/<name>/spec.toml, manifest.json, traces/rank-<r>.pt.trace.json.gz, steps/rank-<r>.jsonl,
+    checkpoint/latest.pt, failures/rank-<r>.json, logs/, analysis/
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from .spec import JobSpec, SpecError, read_spec_toml, validate_run_name
+
+SPEC_FILE = "spec.toml"
+MANIFEST_FILE = "manifest.json"
+TRACES_DIR = "traces"
+TRACE_TEMPLATE = "rank-{rank}.pt.trace.json.gz"
+CYCLE_DIR_TEMPLATE = "cycle-{cycle}"
+TRACE_TMP_DIR = ".tmp"
+STEPS_DIR = "steps"
+STEPS_TEMPLATE = "rank-{rank}.jsonl"
+CHECKPOINT_FILE = "checkpoint/latest.pt"
+FAILURES_DIR = "failures"
+FAILURE_TEMPLATE = "rank-{rank}.json"
+LOGS_DIR = "logs"
+ANALYSIS_DIR = "analysis"
+
+
+class RunDirError(RuntimeError):
+    """A run directory that cannot be used as asked (exists already, missing, unreadable)."""
+
+
+def default_run_name(spec: JobSpec, world_size: int) -> str:
+    """A readable, unique-enough name: <arch>-<ranks>r-<date>-<time>."""
+    return f"{spec.model.arch}-{world_size}r-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write through a temporary file in the same folder, then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunDir:
+    """Paths and manifest of one run directory."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    @classmethod
+    def for_spec(cls, spec: JobSpec, name: str) -> "RunDir":
+        return cls(Path(spec.runs_dir) / validate_run_name(name))
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.root)!r})"
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def spec_path(self) -> Path:
+        return self.root / SPEC_FILE
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / MANIFEST_FILE
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.root / TRACES_DIR
+
+    def trace_path(self, rank: int, cycle: int = 0) -> Path:
+        folder = self.traces_dir if cycle == 0 else self.traces_dir / CYCLE_DIR_TEMPLATE.format(cycle=cycle)
+        return folder / TRACE_TEMPLATE.format(rank=rank)
+
+    def trace_tmp_path(self, rank: int, cycle: int = 0) -> Path:
+        return self.traces_dir / TRACE_TMP_DIR / f"c{cycle}-{TRACE_TEMPLATE.format(rank=rank)}"
+
+    @property
+    def steps_dir(self) -> Path:
+        return self.root / STEPS_DIR
+
+    def steps_path(self, rank: int) -> Path:
+        return self.steps_dir / STEPS_TEMPLATE.format(rank=rank)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.root / CHECKPOINT_FILE
+
+    def failure_path(self, rank: int) -> Path:
+        return self.root / FAILURES_DIR / FAILURE_TEMPLATE.format(rank=rank)
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / LOGS_DIR
+
+    @property
+    def analysis_dir(self) -> Path:
+        return self.root / ANALYSIS_DIR
+
+    # ------------------------------------------------------------------ life cycle
+    def create(self, spec: JobSpec) -> "RunDir":
+        """Create a fresh run directory; refuse to reuse one that holds a run already."""
+        if self.manifest_path.exists() or self.spec_path.exists():
+            raise RunDirError(
+                f"run directory {self.root} already holds a run; choose another --name (or remove it)"
+            )
+        for d in (self.traces_dir / TRACE_TMP_DIR, self.steps_dir, self.logs_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.spec_path, spec.to_toml())
+        return self
+
+    def ensure_layout(self) -> None:
+        """Folders every rank writes into (idempotent, safe when ranks race)."""
+        for d in (self.traces_dir / TRACE_TMP_DIR, self.steps_dir, self.logs_dir, self.root / FAILURES_DIR):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def read_spec(self) -> JobSpec:
+        try:
+            return read_spec_toml(self.spec_path)
+        except SpecError as exc:
+            raise RunDirError(f"{self.spec_path}: {exc}") from None
+
+    # ------------------------------------------------------------------ manifest
+    def read_manifest(self) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            return {}
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise RunDirError(f"{self.manifest_path} is not valid JSON: {exc}") from None
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
+
+    def update_manifest(self, **fields: Any) -> dict[str, Any]:
+        """Read, update top-level fields, write back atomically (only rank 0 and the launcher write)."""
+        manifest = self.read_manifest()
+        manifest.update(fields)
+        self.write_manifest(manifest)
+        return manifest
+
+    # ------------------------------------------------------------------ steps
+    def read_steps(self, rank: int) -> list[dict[str, Any]]:
+        """Step records of one rank; a torn last line (rank killed mid-write) is skipped."""
+        path = self.steps_path(rank)
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    def step_ranks(self) -> list[int]:
+        ranks = []
+        for p in self.steps_dir.glob(STEPS_TEMPLATE.format(rank="*")):
+            try:
+                ranks.append(int(p.name.split("-", 1)[1].split(".", 1)[0]))
+            except ValueError:
+                continue
+        return sorted(ranks)
+
+    def read_failures(self) -> list[dict[str, Any]]:
+        out = []
+        for p in sorted((self.root / FAILURES_DIR).glob("rank-*.json")):
+            try:
+                out.append(json.loads(p.read_text()))
+            except (OSError, json.JSONDecodeError):
+                continue
+        return sorted(out, key=lambda f: f.get("time", 0.0))
+
+
+class StepWriter:
+    """Appends one JSON line per step to steps/rank-<r>.jsonl, flushed at once so that a crash
+    keeps every finished step."""
+
+    def __init__(self, run: RunDir, rank: int, keep_until_step: int | None = None):
+        path = run.steps_path(rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if keep_until_step is not None and path.exists():
+            # Resuming: drop records of steps that will be run again (after the checkpoint).
+            kept = [r for r in run.read_steps(rank) if r.get("step", -1) < keep_until_step]
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+        self._fh = open(path, "a", buffering=1)
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(record) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+@contextmanager
+def temporary_then_rename(tmp: Path, final: Path) -> Iterator[Path]:
+    """Yield a temporary path; rename it to `final` only if the block succeeds."""
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
