@@ -1,0 +1,170 @@
+"""The map step: analyse ONE rank's trace alone and write small per-rank tables.
+
+`analyze_rank` is a plain function so a process pool (hpcprof.analysis.pipeline) or a SLURM array
+task can run it. It never looks at other ranks; the reduce reads only what it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import cache
+from .load import TraceError, file_digest, read_trace, trace_meta
+from .timeline import RankTimeline, build_timeline
+
+TABLES = ("steps", "collectives", "idle", "kernel_type", "kernels_top", "kernels_all")
+
+
+def analyze_rank(trace_path: str | os.PathLike, cache_dir: str | os.PathLike, use_cache: bool = True) -> dict[str, Any]:
+    """Analyse one trace file; return {"ok", "dir", "meta", "tables": {name: path}, "cached", "error"}.
+
+    Bad input never raises: it comes back as ok=False with an `error` naming the file.
+    """
+    trace_path = Path(trace_path)
+    try:
+        digest = file_digest(trace_path)
+    except OSError as exc:
+        return {"ok": False, "path": str(trace_path), "error": f"{trace_path.name}: cannot read file ({exc})"}
+    if use_cache:
+        hit = cache.lookup(cache_dir, digest)
+        if hit is not None:
+            return _result(hit, trace_path, cached=True)
+    try:
+        doc = read_trace(trace_path)
+    except TraceError as exc:
+        return {"ok": False, "path": str(trace_path), "error": str(exc)}
+    t0 = time.perf_counter()
+    with cache.EntryWriter(cache_dir, digest) as tmp:
+        _analyze_doc(trace_path, doc, digest, tmp)
+    del doc
+    res = _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
+    res["parse_s"] = time.perf_counter() - t0
+    return res
+
+
+def _result(d: Path, trace_path: Path, cached: bool) -> dict[str, Any]:
+    meta = json.loads((d / cache.META).read_text())
+    meta["path"] = str(trace_path)  # the same bytes may live under another name
+    tables = {n: str(d / f"{n}.parquet") for n in TABLES if (d / f"{n}.parquet").is_file()}
+    return {"ok": True, "path": str(trace_path), "dir": str(d), "meta": meta, "tables": tables, "cached": cached}
+
+
+def _analyze_doc(trace_path: Path, doc: dict, digest: str, out: Path) -> None:
+    tm = trace_meta(trace_path, doc)
+    tl = build_timeline(doc)
+    warnings = list(tm.warnings)
+    name = trace_path.name
+
+    steps = _steps_table(tl)
+    steps.to_parquet(out / "steps.parquet", index=False)
+    colls = _collectives_table(tl)
+    colls.to_parquet(out / "collectives.parquet", index=False)
+
+    gpu: dict[str, Any] = {"temporal": None, "overlap_pct": None}
+    if not tl.has_gpu:
+        warnings.append(
+            f"{name} (rank {tm.rank}): no GPU kernels in the trace (CPU-only run, e.g. gloo backend), so HTA's "
+            "GPU analyses (temporal, idle-time, overlap, kernel breakdown) have nothing to measure: their fields are null"
+        )
+    else:
+        try:
+            from .hta_rank import run_hta_rank
+
+            h = run_hta_rank(str(trace_path), tm.rank)
+            row = h["temporal"].iloc[0].to_dict()
+            gpu["temporal"] = {k: (None if isinstance(v, float) and math.isnan(v) else float(v)) for k, v in row.items() if k != "rank"}
+            gpu["overlap_pct"] = h["overlap_pct"]
+            if h["overlap_pct"] is None:
+                warnings.append(f"{name} (rank {tm.rank}): no communication kernels, so comm/comp overlap is null")
+            for key in ("idle", "kernel_type", "kernels_top", "kernels_all"):
+                df = h[key].copy()
+                df["rank"] = tm.rank
+                df.to_parquet(out / f"{key}.parquet", index=False)
+        except Exception as exc:  # HTA rejects odd traces in many ways; report, keep the host-side analysis
+            warnings.append(f"{name} (rank {tm.rank}): HTA could not analyse this trace ({type(exc).__name__}: {exc}); GPU fields are null")
+
+    total_mem = None
+    for dp in tm.device_properties:
+        if isinstance(dp, dict) and isinstance(dp.get("totalGlobalMem"), (int, float)):
+            total_mem = float(dp["totalGlobalMem"])
+            break
+    meta = {
+        "analysis_version": cache.ANALYSIS_VERSION,
+        "digest": digest,
+        "file": name,
+        "rank": tm.rank,
+        "rank_from_trace": tm.rank_from_trace,
+        "world_size": tm.world_size,
+        "backend": tm.backend,
+        "host": tm.host,
+        "device": "cuda" if tl.has_gpu else "cpu",
+        "device_name": next((dp.get("name") for dp in tm.device_properties if isinstance(dp, dict)), None),
+        "gpu_memory_total_bytes": total_mem,
+        "gpu_memory_peak_bytes": tl.memory_peak_bytes,
+        "n_events": len(doc["traceEvents"]),
+        "warnings": warnings,
+        **gpu,
+    }
+    (out / cache.META).write_text(json.dumps(meta, indent=1))
+
+
+def _steps_table(tl: RankTimeline) -> pd.DataFrame:
+    cols = ["step", "ts_us", "end_us", "dur_ms"] + [f"{c}_ms" for c in tl.CATEGORIES] + ["comm_ms"]
+    if not tl.steps:
+        return pd.DataFrame({c: pd.Series(dtype="float") for c in cols})
+    st = np.array([s[0] for s in tl.steps])
+    a = np.array([s[1] for s in tl.steps])
+    b = np.array([s[2] for s in tl.steps])
+    df = pd.DataFrame({"step": st, "ts_us": a, "end_us": b, "dur_ms": (b - a) / 1e3})
+    for k, v in tl.window(a, b).items():
+        df[f"{k}_ms"] = v / 1e3
+    # time with a collective in flight (GPU: NCCL kernels; CPU: gloo ops)
+    if tl.has_gpu:
+        df["comm_ms"] = tl.gpu_comm.covered(a, b) / 1e3
+    else:
+        from .timeline import Intervals
+
+        c = Intervals([x["arrival_us"] for x in tl.collectives], [x["end_us"] for x in tl.collectives])
+        df["comm_ms"] = c.covered(a, b) / 1e3
+    return df
+
+
+def _collectives_table(tl: RankTimeline) -> pd.DataFrame:
+    cols = ["group", "kind", "name", "seq", "step", "idx", "arrival_us", "end_us", "window_start_us", "source"]
+    cats = [f"win_{c}_ms" for c in tl.CATEGORIES]
+    if not tl.collectives:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("group", "kind", "name", "source") else "float") for c in cols + cats})
+    df = pd.DataFrame(tl.collectives).sort_values("arrival_us", kind="stable").reset_index(drop=True)
+    df["seq"] = pd.to_numeric(df["seq"], errors="coerce")
+    if tl.steps:
+        s_start = np.array([s[1] for s in tl.steps])
+        s_end = np.array([s[2] for s in tl.steps])
+        s_num = np.array([s[0] for s in tl.steps])
+        i = np.searchsorted(s_start, df["arrival_us"].to_numpy(), side="right") - 1
+        inside = (i >= 0) & (df["arrival_us"].to_numpy() < s_end[np.maximum(i, 0)])
+        df["step"] = np.where(inside, s_num[np.maximum(i, 0)], -1)
+    else:
+        df["step"] = -1
+    df["idx"] = df.groupby(["group", "step", "kind"]).cumcount()
+    # window before arrival: since the previous collective on this rank ended (or the step began)
+    prev_end = df["end_us"].shift(1)
+    if tl.steps:
+        step_start = df["step"].map({s[0]: s[1] for s in tl.steps})
+        first = df.groupby("step").cumcount().eq(0)
+        ws = np.where(prev_end.isna(), step_start.fillna(df["arrival_us"]), prev_end)
+        # the first collective of a step looks back across the step boundary to the previous one
+        ws = np.where(first & step_start.notna() & prev_end.isna(), step_start, ws)
+    else:
+        ws = prev_end.fillna(df["arrival_us"]).to_numpy()
+    df["window_start_us"] = np.minimum(ws.astype(float), df["arrival_us"].to_numpy())
+    for k, v in tl.window(df["window_start_us"].to_numpy(), df["arrival_us"].to_numpy()).items():
+        df[f"win_{k}_ms"] = v / 1e3
+    return df[cols + cats]

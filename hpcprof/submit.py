@@ -1,0 +1,290 @@
+"""Launch DDP ResNet training with a profiler trace per rank, through submitit.
+
+    python -m hpcprof.submit --job jobs/demo-local.toml                  # local, 2 CPU ranks (gloo)
+    python -m hpcprof.submit --nodes 2 --gpus-per-node 4 --partition gpu_p13 \\
+        --account abc@v100 --qos qos_gpu-dev --job jobs/resnet50-2nodes.toml --wait
+
+Executors: slurm (submitit SlurmExecutor), local (ranks as processes on this machine), debug (one
+rank in this process). Default: slurm when the SLURM client commands answer, else local. Local
+runs always wait; SLURM runs wait with --wait. The run directory is printed first thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .run import RunDir, RunDirError, default_run_name
+from .spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, validate_run_name
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class SubmitError(RuntimeError):
+    """Something the user can fix before anything runs."""
+
+
+@dataclass
+class Launch:
+    """What was launched, for the caller (tests, the CLI)."""
+
+    run: RunDir
+    executor: str
+    job: Any
+    world_size: int
+    spec: JobSpec
+
+
+# ------------------------------------------------------------------------------------ choices
+def slurm_reachable() -> tuple[bool, str]:
+    """Whether the SLURM client commands are here and answer, with the reason."""
+    if shutil.which("sbatch") is None:
+        return False, "sbatch is not on PATH"
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"sinfo did not answer ({exc})"
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        return False, f"sinfo failed: {lines[-1][:160] if lines else 'exit code %d' % proc.returncode}"
+    return True, "the SLURM client commands answer"
+
+
+def choose_executor(requested: str) -> tuple[str, str]:
+    if requested != "auto":
+        return requested, "asked for"
+    ok, why = slurm_reachable()
+    return ("slurm", why) if ok else ("local", why)
+
+
+def resolve_resources(spec: JobSpec, executor: str) -> JobSpec:
+    """Fill in tasks_per_node (and GPUs for local runs) from what the executor will have."""
+    r = spec.resources
+    if executor in ("local", "debug"):
+        if r.nodes != 1:
+            raise SubmitError(f"--nodes {r.nodes}: the {executor} executor runs on this machine only; use --cluster slurm")
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if r.gpus_per_node > gpus:
+            raise SubmitError(f"--gpus-per-node {r.gpus_per_node}: this machine has {gpus} visible GPU(s)")
+        if r.gpus_per_node == 0 and gpus and r.tasks_per_node == 0:
+            r.gpus_per_node = gpus
+        if r.tasks_per_node == 0:
+            r.tasks_per_node = r.gpus_per_node or 2
+        if executor == "debug":
+            r.tasks_per_node = 1
+    elif r.tasks_per_node == 0:
+        r.tasks_per_node = r.gpus_per_node or 1
+    if r.gpus_per_node and r.tasks_per_node > r.gpus_per_node:
+        raise SubmitError(
+            f"--tasks-per-node {r.tasks_per_node} > --gpus-per-node {r.gpus_per_node}: one rank per GPU at most"
+        )
+    spec.resources.cluster = executor
+    return spec.validate(world_size=r.nodes * r.tasks_per_node)
+
+
+def make_executor(spec: JobSpec, executor: str, logs: Path):
+    import submitit
+
+    r = spec.resources
+    ex = submitit.AutoExecutor(folder=str(logs), cluster=executor)
+    params: dict[str, Any] = {
+        "timeout_min": r.time_min,
+        "nodes": r.nodes,
+        "tasks_per_node": r.tasks_per_node,
+        "name": r.job_name,
+    }
+    if r.gpus_per_node:
+        params["gpus_per_node"] = r.gpus_per_node
+    if executor == "slurm":
+        if r.cpus_per_task:
+            params["cpus_per_task"] = r.cpus_per_task
+        if r.mem_gb:
+            params["mem_gb"] = r.mem_gb
+        for key in ("partition", "account", "qos", "constraint"):
+            if getattr(r, key):
+                params[f"slurm_{key}"] = getattr(r, key)
+        if r.slurm_extra:
+            params["slurm_additional_parameters"] = dict(r.slurm_extra)
+        if r.setup:
+            params["slurm_setup"] = list(r.setup)
+    ex.update_parameters(**params)
+    return ex
+
+
+# ------------------------------------------------------------------------------------ launch
+def launch(spec: JobSpec, argv: list[str] | None = None, log=print) -> Launch:
+    """Create the run directory and submit the job; does not wait."""
+    executor, why = choose_executor(spec.resources.cluster)
+    log(f"hpcprof: executor {executor} ({why})")
+    spec = resolve_resources(spec, executor)
+    world = spec.resources.nodes * spec.resources.tasks_per_node
+    name = spec.name or default_run_name(spec, world)
+    validate_run_name(name, "--name")
+    spec.name = name
+    run = RunDir.for_spec(spec, name).create(spec)
+    log(f"hpcprof: run directory {run.root}")
+    run.write_manifest(
+        {
+            "hpcprof_version": __import__("hpcprof").__version__,
+            "name": name,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "executor": executor,
+            "job_id": None,
+            "command_line": list(argv if argv is not None else sys.argv),
+            "spec": spec.to_dict(),
+            "world_size": world,
+            "drills": {
+                "straggler": dict(zip(("rank", "ms"), spec.drills.straggler_rank_ms)) if spec.drills.straggler else None,
+                "crash": dict(zip(("rank", "step"), spec.drills.crash_rank_step)) if spec.drills.crash else None,
+            },
+        }
+    )
+    from .train.task import TrainTask
+
+    ex = make_executor(spec, executor, run.logs_dir)
+    job = ex.submit(TrainTask(spec, str(run.root.resolve())))
+    run.update_manifest(job_id=str(job.job_id))
+    log(f"hpcprof: submitted job {job.job_id} ({world} rank(s) on {spec.resources.nodes} node(s))")
+    return Launch(run, executor, job, world, spec)
+
+
+# ------------------------------------------------------------------------------------ wait
+def _progress(launch_: Launch, poll_s: float) -> None:
+    from tqdm import tqdm
+
+    total = launch_.spec.train.steps
+    run = launch_.run
+    bar = tqdm(total=total, desc=f"job {launch_.job.job_id}", unit="step", file=sys.stderr, dynamic_ncols=True)
+    done_steps = 0
+    try:
+        while not launch_.job.done():
+            lows = []
+            for rank in range(launch_.world_size):
+                steps = run.read_steps(rank)
+                lows.append(steps[-1]["step"] + 1 if steps else 0)
+            now = min(lows) if lows else 0
+            if now > done_steps:
+                bar.update(now - done_steps)
+                done_steps = now
+            if launch_.executor == "slurm":
+                bar.set_postfix_str(str(launch_.job.state))
+            time.sleep(poll_s)
+    finally:
+        bar.close()
+
+
+def _rank_outcome(launch_: Launch, rank: int) -> dict[str, Any]:
+    task = launch_.job.task(rank)
+    out: dict[str, Any] = {"rank": rank, "log": str(task.paths.stderr)}
+    try:
+        result = task.result()
+        out.update(status="ok", result=result)
+    except Exception as exc:  # submitit raises FailedJobError / UncompletedJobError with the traceback text
+        out.update(status="failed", error=str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else repr(exc))
+    return out
+
+
+def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
+    """Wait for the job with a progress display, then report each rank; returns the exit code."""
+    _progress(launch_, poll_s)
+    run = launch_.run
+    manifest = run.read_manifest()
+    nodes = {e["rank"]: e.get("node") for e in manifest.get("ranks", [])}
+    outcomes = [_rank_outcome(launch_, r) for r in range(launch_.world_size)]
+    failures = run.read_failures()
+    log("")
+    log(f"{'rank':>4}  {'node':<14} {'status':<8} {'steps':>5} {'median step ms':>14}  trace")
+    for o in outcomes:
+        rank = o["rank"]
+        steps = run.read_steps(rank)
+        median = statistics.median(s["step_s"] for s in steps) * 1000 if steps else float("nan")
+        trace = run.trace_path(rank)
+        log(
+            f"{rank:>4}  {str(nodes.get(rank, '?')):<14} {o['status']:<8} {len(steps):>5} {median:>14.1f}  "
+            f"{trace.name if trace.exists() else '-'}"
+        )
+    failed = [o for o in outcomes if o["status"] != "ok"]
+    if not failed and not failures:
+        log(f"hpcprof: job {launch_.job.job_id} succeeded on {launch_.world_size} rank(s); run directory {run.root}")
+        return EXIT_OK
+    log("")
+    root = next((f for f in failures if not f.get("peer_failure")), failures[0] if failures else None)
+    if root is not None:
+        rank = root["rank"]
+        log_path = root.get("log") or next((o["log"] for o in outcomes if o["rank"] == rank), None)
+        log(
+            f"hpcprof: rank {rank} on node {root.get('node')} failed at step {root.get('step')}: {root.get('error')}\n"
+            f"hpcprof: traceback in {log_path}"
+        )
+        others = sorted({f["rank"] for f in failures if f["rank"] != rank} | {o["rank"] for o in failed if o["rank"] != rank})
+        if others:
+            log(f"hpcprof: rank(s) {', '.join(map(str, others))} stopped after it (peer failure)")
+    else:
+        for o in failed:
+            log(f"hpcprof: rank {o['rank']} on node {nodes.get(o['rank'])} failed: {o['error']} (log: {o['log']})")
+    log(f"hpcprof: what the ranks wrote before the failure stays in {run.root}")
+    return EXIT_FAILED
+
+
+# ------------------------------------------------------------------------------------ CLI
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpcprof.submit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="wait for the job with a progress display and report each rank (default: on for local/debug, off for slurm)",
+    )
+    parser.add_argument(
+        "--analyze",
+        action="store_true",
+        help="after a successful wait, run `python -m hpcprof.analyze` on the run and print where the report is",
+    )
+    parser.add_argument("--poll-s", type=float, default=1.0, help="seconds between progress polls (default: 1.0)")
+    add_spec_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        spec = spec_from_args(args)
+        launched = launch(spec, argv=["python", "-m", "hpcprof.submit", *argv])
+    except (SpecError, SubmitError, RunDirError) as exc:
+        print(f"hpcprof.submit: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    do_wait = args.wait if args.wait is not None else launched.executor != "slurm"
+    if launched.executor != "slurm" and args.wait is False:
+        print("hpcprof: local ranks stop when this command exits, so it waits anyway", file=sys.stderr)
+        do_wait = True
+    if not do_wait:
+        print(f"hpcprof: follow with: squeue -j {launched.job.job_id}; logs in {launched.run.logs_dir}")
+        print(f"hpcprof: analyse afterwards with: python -m hpcprof.analyze {shlex.quote(str(launched.run.root))}")
+        return EXIT_OK
+    code = wait(launched, poll_s=args.poll_s)
+    if code == EXIT_OK and args.analyze:
+        from .analyze import main as analyze_main
+
+        code = analyze_main([str(launched.run.root)])
+    elif code == EXIT_OK:
+        print(f"hpcprof: analyse with: python -m hpcprof.analyze {shlex.quote(str(launched.run.root))}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Who am I in the job: rank, world size, local rank, node and rendezvous address, from whichever
+launcher started this process, then the process group itself.
+
+Order of detection: submitit (``submitit.helpers.TorchDistributedEnvironment``), torchrun
+(``TORCHELASTIC_RUN_ID`` / ``RANK`` + ``WORLD_SIZE``), a plain ``srun`` inside an sbatch script
+(``SLURM_PROCID``...; master = first host of ``SLURM_JOB_NODELIST``, port derived from the job id),
+else a single process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import subprocess
+from dataclasses import dataclass, field
+
+SLURM_PORT_BASE = 20000
+SLURM_PORT_SPAN = 40000
+
+
+@dataclass
+class RankEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    launcher: str
+    """"submitit-local", "submitit-slurm", "submitit-debug", "torchrun", "srun" or "single"."""
+    job_id: str | None = None
+    slurm: dict = field(default_factory=dict)
+
+    @property
+    def node(self) -> str:
+        return socket.gethostname()
+
+    def export(self) -> None:
+        """Set the env:// variables torch.distributed reads."""
+        os.environ.update(
+            MASTER_ADDR=self.master_addr,
+            MASTER_PORT=str(self.master_port),
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.world_size),
+            LOCAL_RANK=str(self.local_rank),
+            LOCAL_WORLD_SIZE=str(self.local_world_size),
+        )
+
+
+def slurm_vars() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("SLURM_")}
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """First host of a SLURM node list such as "n[1-2]" or "jzxh[001,005]"."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.split()
+        if out:
+            return out[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    # No scontrol on the node: expand the first element ourselves.
+    head = nodelist.split(",")[0]
+    if "[" in head:
+        prefix, rest = head.split("[", 1)
+        first = rest.rstrip("]").split(",")[0].split("-")[0]
+        return prefix + first
+    return head
+
+
+def slurm_port(job_id: str) -> int:
+    """A rendezvous port derived from the job id, the same on every node of the job."""
+    digits = "".join(c for c in str(job_id) if c.isdigit()) or "0"
+    return SLURM_PORT_BASE + int(digits) % SLURM_PORT_SPAN
+
+
+def detect_rank_env() -> RankEnv:
+    env = os.environ
+    if "SUBMITIT_FOLDER" in env:
+        import submitit
+        from submitit.helpers import TorchDistributedEnvironment
+
+        job_env = submitit.JobEnvironment()
+        tde = TorchDistributedEnvironment()
+        return RankEnv(
+            rank=tde.rank,
+            world_size=tde.world_size,
+            local_rank=tde.local_rank,
+            local_world_size=tde.local_world_size,
+            master_addr=tde.master_addr,
+            master_port=tde.master_port,
+            launcher=f"submitit-{job_env.cluster}",
+            job_id=str(job_env.job_id),
+            slurm=slurm_vars(),
+        )
+    if "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env):
+        return RankEnv(
+            rank=int(env["RANK"]),
+            world_size=int(env["WORLD_SIZE"]),
+            local_rank=int(env.get("LOCAL_RANK", 0)),
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)),
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(env.get("MASTER_PORT", 29500)),
+            launcher="torchrun",
+            job_id=env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID"),
+            slurm=slurm_vars(),
+        )
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        job_id = env.get("SLURM_JOB_ID", "0")
+        nodes = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1")))
+        ntasks = int(env["SLURM_NTASKS"])
+        return RankEnv(
+            rank=int(env["SLURM_PROCID"]),
+            world_size=ntasks,
+            local_rank=int(env.get("SLURM_LOCALID", 0)),
+            local_world_size=max(1, ntasks // max(nodes, 1)),
+            master_addr=first_slurm_host(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "localhost"))),
+            master_port=slurm_port(job_id),
+            launcher="srun",
+            job_id=job_id,
+            slurm=slurm_vars(),
+        )
+    return RankEnv(0, 1, 0, 1, "127.0.0.1", _free_port(), "single", None, slurm_vars())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_process_group(renv: RankEnv, backend: str, timeout_s: int):
+    """Initialise the default process group; returns it. `timeout_s` bounds waits on dead peers."""
+    import torch.distributed as dist
+
+    renv.export()
+    if backend == "nccl":
+        # Let a dead peer abort the job after the timeout instead of hanging forever.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return dist.group.WORLD

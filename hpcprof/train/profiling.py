@@ -1,0 +1,87 @@
+"""torch.profiler on every rank: the schedule from the spec, one trace per rank and cycle, written
+under a temporary name and renamed (readers never see half a trace), with profiler step numbers
+equal to the job's global step numbers (also after a requeue)."""
+
+from __future__ import annotations
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from ..run import RunDir, temporary_then_rename
+from ..spec import Profiler
+
+
+class NullProfiler:
+    """Stands in when profiling is off; same interface as the parts of torch.profiler we use."""
+
+    step_num = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def step(self) -> None:
+        self.step_num += 1
+
+    def is_active_step(self, step: int) -> bool:
+        return False
+
+
+class RankProfiler:
+    """torch.profiler.profile configured from the spec for one rank."""
+
+    def __init__(self, cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int = 0):
+        self.cfg, self.run, self.rank = cfg, run, rank
+        self.cycles_written = 0
+        self._schedule = schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
+        self.prof = profile(
+            activities=activities,
+            schedule=self._schedule,
+            on_trace_ready=self._write_trace,
+            record_shapes=cfg.record_shapes,
+            profile_memory=cfg.profile_memory,
+            with_stack=cfg.with_stack,
+            with_flops=cfg.with_flops,
+        )
+        # Continue the global step numbering after a requeue: ProfilerStep#<n> names and the
+        # schedule both follow the job's step, not this process's.
+        self.prof.step_num = start_step
+        self.prof.current_action = self._schedule(start_step)
+
+    def _cycle_of(self, step: int) -> int:
+        period = self.cfg.wait + self.cfg.warmup + self.cfg.active
+        return step // period
+
+    def _write_trace(self, prof) -> None:
+        last_step = prof.step_num - 1
+        cycle = self._cycle_of(last_step)
+        final = self.run.trace_path(self.rank, cycle)
+        with temporary_then_rename(self.run.trace_tmp_path(self.rank, cycle), final) as tmp:
+            prof.export_chrome_trace(str(tmp))  # ".gz" suffix: torch writes gzip
+        self.cycles_written += 1
+
+    def is_active_step(self, step: int) -> bool:
+        from torch.profiler import ProfilerAction
+
+        return self._schedule(step) in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+    def __enter__(self):
+        self.prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.prof.__exit__(*exc)
+
+    def step(self) -> None:
+        self.prof.step()
+
+
+def make_profiler(cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int):
+    if not cfg.enabled:
+        p = NullProfiler()
+        p.step_num = start_step
+        return p
+    return RankProfiler(cfg, run, rank, use_cuda, start_step)
