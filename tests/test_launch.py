@@ -1,0 +1,176 @@
+"""Launching real DDP runs with the local executor (CPU ranks on gloo): traces, step files, manifest,
+drills, crash reporting, preemption with requeue and resume."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FAST_FLAGS, REPO, run_cli
+from hpcprof.run import RunDir
+
+STEPS = 12  # demo-local.toml: profiler wait 1, warmup 1, active 3 -> active steps 2, 3, 4
+
+
+def submit(runs_root: Path, name: str, *extra: str):
+    proc = run_cli("hpcprof.submit", *FAST_FLAGS, "--runs-dir", str(runs_root), "--name", name, *extra)
+    return proc, RunDir(runs_root / name)
+
+
+def load_trace(path: Path) -> dict:
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)
+
+
+@pytest.fixture(scope="session")
+def healthy(runs_root):
+    proc, run = submit(runs_root, "healthy")
+    assert proc.returncode == 0, proc.stdout
+    return proc, run
+
+
+@pytest.fixture(scope="session")
+def straggler(runs_root):
+    proc, run = submit(runs_root, "straggler", "--inject-straggler", "1:80")
+    assert proc.returncode == 0, proc.stdout
+    return proc, run
+
+
+def test_submit_prints_run_directory_and_executor(healthy):
+    proc, run = healthy
+    assert f"run directory {run.root}" in proc.stdout
+    assert "executor local" in proc.stdout
+    assert "succeeded on 2 rank(s)" in proc.stdout
+
+
+def test_one_trace_per_rank_with_distributed_info(healthy):
+    _, run = healthy
+    traces = sorted(run.traces_dir.glob("*.json.gz"))
+    assert [p.name for p in traces] == ["rank-0.pt.trace.json.gz", "rank-1.pt.trace.json.gz"]
+    for rank, path in enumerate(traces):
+        info = load_trace(path)["distributedInfo"]
+        assert info["rank"] == rank and info["world_size"] == 2 and info["backend"] == "gloo"
+    assert not list((run.traces_dir / ".tmp").iterdir()), "no partial trace left behind"
+
+
+def test_profiler_steps_are_exactly_the_active_steps_with_regions(healthy):
+    _, run = healthy
+    events = load_trace(run.trace_path(0))["traceEvents"]
+    steps = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    assert steps == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    for region in ("hpcprof.data", "hpcprof.forward", "hpcprof.backward", "hpcprof.optimizer"):
+        assert sum(e.get("name") == region for e in events) == 3, region
+
+
+def test_step_files_cover_every_step_on_every_rank(healthy):
+    _, run = healthy
+    for rank in (0, 1):
+        records = run.read_steps(rank)
+        assert [r["step"] for r in records] == list(range(STEPS))
+        assert [r["profiled"] for r in records] == [s in (2, 3, 4) for s in range(STEPS)]
+        for r in records:
+            assert r["t_end"] > r["t_start"] and r["step_s"] > 0 and r["data_wait_s"] >= 0
+            assert r["gpu_ms"] is None  # CPU run: no CUDA events
+            parts = r["host_pre_forward_s"] + r["forward_s"] + r["backward_s"] + r["optimizer_s"]
+            assert parts == pytest.approx(r["step_s"], rel=1e-6)
+
+
+def test_manifest_has_job_versions_and_per_rank_entries(healthy):
+    _, run = healthy
+    m = run.read_manifest()
+    assert m["executor"] == "local" and m["job_id"] and m["world_size"] == 2
+    assert m["command_line"][:3] == ["python", "-m", "hpcprof.submit"]
+    assert m["spec"]["model"]["arch"] == "resnet18"
+    assert {"torch", "cuda", "nccl", "hta", "submitit"} <= set(m["versions"])
+    assert m["versions"]["torch"] and m["versions"]["hta"] and m["versions"]["submitit"]
+    assert m["drills"] == {"straggler": None, "crash": None}
+    assert [e["rank"] for e in m["ranks"]] == [0, 1]
+    walls = []
+    for e in m["ranks"]:
+        assert {"local_rank", "node", "device", "device_name", "pid", "slurm", "clock"} <= set(e)
+        assert e["device"] == "cpu" and e["node"]
+        walls.append(e["clock"]["wall_ns"])
+    # Both ranks read their clock right after the same barrier, on one machine: close together.
+    assert abs(walls[0] - walls[1]) < 2e9
+
+
+def test_straggler_drill_shows_in_step_files(healthy, straggler):
+    _, base = healthy
+    _, slow = straggler
+    assert slow.read_manifest()["drills"]["straggler"] == {"rank": 1, "ms": 80.0}
+    drilled = [r["host_pre_forward_s"] for r in slow.read_steps(1)]
+    other = [r["host_pre_forward_s"] for r in slow.read_steps(0)]
+    assert statistics.median(drilled) >= 0.080
+    assert statistics.median(other) < 0.02
+    # Every rank's step grows: the others wait for the drilled rank in DDP's all-reduce.
+    for rank in (0, 1):
+        before = statistics.median(r["step_s"] for r in base.read_steps(rank)[2:])
+        after = statistics.median(r["step_s"] for r in slow.read_steps(rank)[2:])
+        assert after - before > 0.04, (rank, before, after)
+
+
+def test_crash_drill_names_rank_node_and_log_and_keeps_other_ranks_output(runs_root):
+    t0 = time.time()
+    proc, run = submit(runs_root, "crash", "--inject-crash", "1:6")
+    assert proc.returncode == 1, proc.stdout
+    assert time.time() - t0 < 120, "a dead peer must not leave the others hanging"
+    node = run.read_manifest()["ranks"][1]["node"]
+    assert f"rank 1 on node {node} failed at step 6" in proc.stdout
+    assert "hpcprof crash drill" in proc.stdout
+    log_line = next(line for line in proc.stdout.splitlines() if "traceback in" in line)
+    log = Path(log_line.split("traceback in", 1)[1].strip())
+    assert log.exists() and "DrillCrash" in log.read_text()
+    assert "rank(s) 0 stopped after it" in proc.stdout
+    assert [r["step"] for r in run.read_steps(0)] == list(range(6))
+    assert [r["step"] for r in run.read_steps(1)] == list(range(6))
+    assert run.trace_path(0).exists() and run.trace_path(1).exists()  # written at step 4, before the crash
+
+
+def test_preemption_checkpoints_requeues_and_resumes_with_continuous_steps(runs_root):
+    name = "preempt"
+    run = RunDir(runs_root / name)
+    # Profile steps 10-12, after the signal: their ProfilerStep numbers must continue the job's.
+    args = [*FAST_FLAGS, "--runs-dir", str(runs_root), "--name", name, "--train-steps", "16",
+            "--profiler-wait", "8", "--profiler-warmup", "2", "--profiler-active", "3"]
+    proc = subprocess.Popen([sys.executable, "-m", "hpcprof.submit", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    signalled = None
+    while proc.poll() is None and time.time() < deadline:
+        if signalled is None and len(run.read_steps(0)) >= 4 and len(run.read_steps(1)) >= 4:
+            pids = [e["pid"] for e in run.read_manifest()["ranks"]]
+            for pid in pids:  # what SLURM does on preemption: signal every task
+                os.kill(pid, signal.SIGUSR2)
+            signalled = pids
+        time.sleep(0.1)
+    out = proc.communicate(timeout=60)[0]
+    assert signalled, out
+    assert proc.returncode == 0, out
+    attempts = run.read_manifest()["attempts"]
+    assert len(attempts) == 2 and attempts[0]["resumed_from_step"] is None
+    resumed = attempts[1]["resumed_from_step"]
+    assert 4 <= resumed < 16
+    assert run.checkpoint_path.exists()
+    assert {e["pid"] for e in run.read_manifest()["ranks"]}.isdisjoint(signalled)  # new processes
+    for rank in (0, 1):
+        assert [r["step"] for r in run.read_steps(rank)] == list(range(16)), "no gaps, no repeats"
+    names = sorted(e["name"] for e in load_trace(run.trace_path(0))["traceEvents"]
+                   if e.get("name", "").startswith("ProfilerStep#"))
+    assert names == ["ProfilerStep#10", "ProfilerStep#11", "ProfilerStep#12"]
+
+
+def test_existing_run_directory_is_never_overwritten(healthy):
+    _, run = healthy
+    before = run.manifest_path.read_text()
+    proc = run_cli("hpcprof.submit", *FAST_FLAGS, "--runs-dir", str(run.root.parent), "--name", run.name, timeout=60)
+    assert proc.returncode == 2 and "already holds a run" in proc.stdout
+    assert run.manifest_path.read_text() == before

@@ -1,0 +1,116 @@
+"""The job spec: TOML + flags, validated once, errors that name the key and list valid values."""
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, run_cli
+from hpcprof.spec import (
+    JobSpec,
+    SpecError,
+    add_spec_arguments,
+    field_docs,
+    load_spec,
+    override_argv,
+    spec_from_args,
+    SECTIONS,
+)
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    add_spec_arguments(parser)
+    return spec_from_args(parser.parse_args(list(argv)))
+
+
+def test_every_field_has_a_docstring():
+    for section, cls in [("top", JobSpec), *SECTIONS.items()]:
+        docs = field_docs(cls)
+        for f in cls.__dataclass_fields__:
+            if f in SECTIONS:
+                continue
+            assert docs.get(f), f"{section}.{f} has no docstring"
+
+
+def test_unknown_key_in_toml_names_key_and_lists_valid_ones(tmp_path):
+    job = tmp_path / "bad.toml"
+    job.write_text("[model]\narc = 'resnet18'\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(job)
+    msg = str(err.value)
+    assert str(job) in msg and "'model.arc'" in msg and "did you mean 'arch'" in msg
+    assert "valid keys: arch, num_classes" in msg
+
+
+def test_unknown_section_is_refused(tmp_path):
+    job = tmp_path / "bad.toml"
+    job.write_text("[modle]\narch = 'resnet18'\n")
+    with pytest.raises(SpecError, match=r"unknown key 'modle'.*\[model\]"):
+        load_spec(job)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model-arch", "vgg16"], "model.arch = 'vgg16' is not valid; valid values: resnet18, resnet34, resnet50, resnet101"),
+        (["--data-batch-size", "0"], "data.batch_size must be >= 1"),
+        (["--train-steps", "3"], "fewer than the profiler schedule needs"),
+        (["--cluster", "local", "--nodes", "2"], "runs on this machine only"),
+        (["--data-num-workers", "2"], "need a DataLoader"),
+        (["--inject-straggler", "two:50"], "drills.straggler must look like RANK:MS"),
+        (["--inject-crash", "0:99"], "step 99 is never reached"),
+        (["--name", "../etc"], "not a path"),
+        (["--partition", "gpu;rm -rf /"], "resources.partition"),
+        (["--set", "train.lr=fast"], "train.lr must be a number"),
+    ],
+)
+def test_impossible_values_are_refused_with_reason(argv, message):
+    with pytest.raises(SpecError) as err:
+        parse(*argv)
+    assert message in str(err.value)
+
+
+def test_precedence_defaults_then_file_then_flags(tmp_path):
+    job = tmp_path / "j.toml"
+    job.write_text("[data]\nbatch_size = 7\n[model]\narch = 'resnet34'\n")
+    spec = parse("--job", str(job), "--data-batch-size", "9", "--set", "train.steps=40")
+    assert spec.model.arch == "resnet34"  # file
+    assert spec.data.batch_size == 9  # flag beats file
+    assert spec.train.steps == 40  # --set
+    assert spec.model.image_size == JobSpec().model.image_size  # default
+
+
+def test_toml_round_trip_and_override_argv(tmp_path):
+    spec = parse("--model-arch", "resnet18", "--slurm-extra", "hint=nomultithread", "--setup", "module load x",
+                 "--no-profiler-enabled", "--inject-straggler", "1:20")
+    path = tmp_path / "spec.toml"
+    path.write_text(spec.to_toml())
+    assert load_spec(path).to_dict() == spec.to_dict()
+    assert parse(*override_argv(spec)).to_dict() == spec.to_dict()
+
+
+def test_job_files_shipped_in_jobs_all_load():
+    files = sorted((REPO / "jobs").rglob("*.toml"))
+    assert len(files) >= 11  # demo, 2-node, nine ladder rungs
+    for f in files:
+        load_spec(f)
+    rungs = [load_spec(f) for f in sorted((REPO / "jobs" / "ladder").glob("*.toml"))]
+    assert rungs[0].data.num_workers == 0 and rungs[0].data.source == "fakedata"
+    assert rungs[-1].train.zero_grad_set_to_none and rungs[-1].model.compile and rungs[-1].model.amp != "off"
+
+
+def test_submit_help_lists_every_option_with_default():
+    out = run_cli("hpcprof.submit", "--help", timeout=60).stdout
+    for flag in ["--job", "--name", "--cluster", "--nodes", "--tasks-per-node", "--gpus-per-node", "--wait",
+                 "--inject-straggler", "--inject-crash", "--data-num-workers", "--profiler-active", "--set"]:
+        assert flag in out
+    assert "(default: 1)" in out and '(default: "resnet50")' in out
+
+
+def test_bad_spec_on_command_line_exits_2_naming_key(tmp_path):
+    proc = run_cli("hpcprof.submit", "--cluster", "local", "--set", "data.num_wrkers=3", "--runs-dir", str(tmp_path), timeout=60)
+    assert proc.returncode == 2
+    assert "unknown key 'data.num_wrkers'" in proc.stdout and "num_workers" in proc.stdout
+    assert not any(tmp_path.iterdir()), "nothing is created for a refused spec"
