@@ -1,0 +1,31 @@
+# hpcprof: the two commands of the README, plus helpers.
+#   make demo   install into .venv, run the demo job (local executor, 2 CPU ranks on gloo, or the
+#               GPUs it finds), analyse it and print where the report is
+#   make test   install into .venv (and, as root, the Debian packages of the SLURM tests), run the suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RUNS_DIR ?= runs
+PYTEST_ARGS ?=
+
+.PHONY: install demo test clean-runs
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(PY) -m hpcprof.submit --job jobs/demo-local.toml --runs-dir $(RUNS_DIR) --analyze
+
+test: install
+	scripts/install-debian-deps.sh
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean-runs:
+	rm -rf $(RUNS_DIR)
+
+-include mk/slurm.mk
