@@ -224,14 +224,17 @@ def _requeue(renv: RankEnv, watch: PreemptionWatch) -> None:
     sys.exit(0)
 
 
-def run_rank(spec: JobSpec, run_root: str) -> dict[str, Any]:
-    """Train on this rank; returns a small outcome (rank, node, steps done)."""
+def run_rank(spec: JobSpec, run_root: str, record_steps: bool = True) -> dict[str, Any]:
+    """Train on this rank; returns a small outcome (rank, node, steps done, loop wall time).
+
+    `record_steps=False` skips the per-step timing records: the untimed baseline of
+    benchmarks/step_overhead.py, never used by a real run."""
     run = RunDir(run_root)
     run.ensure_layout()
     renv = detect_rank_env()
     step: int | None = None
     try:
-        return _run(spec, run, renv)
+        return _run(spec, run, renv, record_steps)
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as exc:
@@ -239,7 +242,7 @@ def run_rank(spec: JobSpec, run_root: str) -> dict[str, Any]:
         raise
 
 
-def _run(spec: JobSpec, run: RunDir, renv: RankEnv) -> dict[str, Any]:
+def _run(spec: JobSpec, run: RunDir, renv: RankEnv, record_steps: bool = True) -> dict[str, Any]:
     device = _device_for(renv)
     use_cuda = device.type == "cuda"
     backend = "nccl" if use_cuda else "gloo"
@@ -323,6 +326,7 @@ def _run(spec: JobSpec, run: RunDir, renv: RankEnv) -> dict[str, Any]:
     prof = make_profiler(spec.profiler, run, renv.rank, use_cuda, start_step)
     step = start_step
     preempted = False
+    loop_start = time.perf_counter()
     try:
         with prof:
             for step in range(start_step, spec.train.steps):
@@ -336,7 +340,7 @@ def _run(spec: JobSpec, run: RunDir, renv: RankEnv) -> dict[str, Any]:
                 profiled = prof.is_active_step(step)
                 t_start = time.time()
                 p0 = time.perf_counter()
-                events = timer.start_gpu()
+                events = timer.start_gpu() if record_steps else None
                 with record_function(REGION_DATA):
                     x, y = next(source)
                 p_data = time.perf_counter()
@@ -355,6 +359,9 @@ def _run(spec: JobSpec, run: RunDir, renv: RankEnv) -> dict[str, Any]:
                     scaler.update()
                     optimizer.zero_grad(set_to_none=spec.train.zero_grad_set_to_none)
                 p_end = time.perf_counter()
+                if not record_steps:
+                    prof.step()
+                    continue
                 record = {
                     "step": step,
                     "epoch": source.epoch,
@@ -375,6 +382,7 @@ def _run(spec: JobSpec, run: RunDir, renv: RankEnv) -> dict[str, Any]:
                 prof.step()
         watch.drain()
         timer.flush(block=True)
+        loop_s = time.perf_counter() - loop_start
         if preempted:
             last_done = step - 1
             if renv.rank == 0:
@@ -394,7 +402,8 @@ def _run(spec: JobSpec, run: RunDir, renv: RankEnv) -> dict[str, Any]:
     finally:
         writer.close()
     dist.destroy_process_group()
-    return {"rank": renv.rank, "node": renv.node, "last_step": spec.train.steps - 1, "resumed_from": start_step}
+    return {"rank": renv.rank, "node": renv.node, "last_step": spec.train.steps - 1, "resumed_from": start_step,
+            "loop_s": loop_s, "steps_run": spec.train.steps - start_step}
 
 
 def _drills(spec: JobSpec) -> dict[str, Any]:
