@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-ANALYSIS_VERSION = 3
+ANALYSIS_VERSION = 4
 META = "meta.json"
 
 

@@ -20,7 +20,7 @@ from . import cache
 from .load import TraceError, file_digest, read_trace, trace_meta
 from .timeline import RankTimeline, build_timeline
 
-TABLES = ("steps", "collectives", "idle", "kernel_type", "kernels_top", "kernels_all")
+TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all")
 
 
 def analyze_rank(trace_path: str | os.PathLike, cache_dir: str | os.PathLike, use_cache: bool = True) -> dict[str, Any]:
@@ -68,6 +68,10 @@ def _analyze_doc(trace_path: Path, doc: dict, digest: str, out: Path) -> None:
     colls = _collectives_table(tl)
     colls.to_parquet(out / "collectives.parquet", index=False)
 
+    busy = tl.busy()
+    bs, be = _coalesce(busy.s, busy.e, BUSY_GAP_US)
+    pd.DataFrame({"start_us": bs, "end_us": be}).to_parquet(out / "busy.parquet", index=False)
+
     gpu: dict[str, Any] = {"temporal": None, "overlap_pct": None}
     if not tl.has_gpu:
         warnings.append(
@@ -114,6 +118,19 @@ def _analyze_doc(trace_path: Path, doc: dict, digest: str, out: Path) -> None:
         **gpu,
     }
     (out / cache.META).write_text(json.dumps(meta, indent=1))
+
+
+BUSY_GAP_US = 20.0  # busy intervals closer than this are joined (launch gaps are not "waiting")
+
+
+def _coalesce(s: np.ndarray, e: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray]:
+    if not len(s):
+        return s, e
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] - e[:-1] > gap
+    idx = np.flatnonzero(new)
+    ends = np.append(e[idx[1:] - 1], e[-1])
+    return s[idx], ends
 
 
 def _steps_table(tl: RankTimeline) -> pd.DataFrame:

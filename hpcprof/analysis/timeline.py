@@ -65,6 +65,7 @@ class RankTimeline:
     main_tid: object
     steps: list[tuple[int, float, float]]  # (step, ts_us, end_us) of ProfilerStep#N on the main thread
     host_all: Intervals  # main-thread events other than ProfilerStep
+    host_ops: Intervals  # main-thread operators (cat cpu_op): the host is busy, not blocked
     host_data: Intervals  # data loading regions/ops on the main thread
     gpu_compute: Intervals
     gpu_memory: Intervals
@@ -75,6 +76,13 @@ class RankTimeline:
 
     # categories reported as a straggler cause; see docs/analysis.md
     CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
+
+    def busy(self) -> "Intervals":
+        """When this rank is doing useful work: GPU compute/memcpy kernels on a GPU rank, main-thread
+        operators on a CPU-only rank. Waiting in a collective outside these intervals is blocked time."""
+        if self.has_gpu:
+            return Intervals(np.concatenate([self.gpu_compute.s, self.gpu_memory.s]), np.concatenate([self.gpu_compute.e, self.gpu_memory.e]))
+        return self.host_ops
 
     def window(self, a, b) -> dict[str, np.ndarray]:
         a = np.asarray(a, dtype=float)
@@ -99,7 +107,7 @@ def build_timeline(doc: dict) -> RankTimeline:
     events = doc["traceEvents"]
     step_ev: dict = {}
     tid_count: dict = {}
-    host = []  # (tid, ts, end, name)
+    host = []  # (tid, ts, end, name, cat)
     gpu = []  # (ts, end, name, cat, args)
     gloo = []  # (tid, ts, end, kind)
     enqueue = []  # c10d::X_ ops (main-thread collective launches): (tid, ts, name)
@@ -141,7 +149,7 @@ def build_timeline(doc: dict) -> RankTimeline:
             continue
         if name.startswith("c10d::"):
             enqueue.append((tid, ts, name))
-        host.append((tid, ts, end, name))
+        host.append((tid, ts, end, name, cat))
 
     if step_ev:
         main_tid = max(step_ev, key=lambda t: len(step_ev[t]))
@@ -151,6 +159,8 @@ def build_timeline(doc: dict) -> RankTimeline:
         steps = []
     mh = [h for h in host if h[0] == main_tid]
     host_all = Intervals([h[1] for h in mh], [h[2] for h in mh])
+    oh = [h for h in mh if h[4] == "cpu_op"]
+    host_ops = Intervals([h[1] for h in oh], [h[2] for h in oh])
     dh = [h for h in mh if DATA_RE.search(h[3])]
     host_data = Intervals([h[1] for h in dh], [h[2] for h in dh])
 
@@ -198,6 +208,7 @@ def build_timeline(doc: dict) -> RankTimeline:
         main_tid=main_tid,
         steps=steps,
         host_all=host_all,
+        host_ops=host_ops,
         host_data=host_data,
         gpu_compute=iv(comp),
         gpu_memory=iv(mem),

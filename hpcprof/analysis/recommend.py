@@ -1,0 +1,169 @@
+"""Recommendations with the evidence behind each.
+
+The TensorBoard profiler plugin's rules are the floor (data-loader share of the step, communication
+share, no Tensor Core use, low memory use); the straggler, overlap and idle-time findings add to
+them. Each recommendation carries `score` (roughly: share of step time at stake, %) for ordering.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+DATA_SHARE_PCT = 5.0  # TensorBoard plugin: DataLoader above 5% of the step
+COMM_SHARE_PCT = 20.0
+LOW_OVERLAP_PCT = 30.0
+GPU_IDLE_PCT = 30.0
+LOW_MEMORY_PCT = 50.0
+TC_RE = re.compile(r"(884|1688|16816|hmma|wgmma|tensorop|xmma|_mma|gmma|cutlass.*tensor|s161616|bf16.*gemm|h16816|i8816)", re.I)
+
+
+def _fmt(v: float, d: int = 1) -> str:
+    return f"{v:.{d}f}"
+
+
+def recommendations(
+    per_rank: pd.DataFrame,
+    steps_trace: pd.DataFrame,
+    jsonl: pd.DataFrame,
+    kernels_all: pd.DataFrame,
+    kernel_type: pd.DataFrame,
+    stragglers: list[dict],
+    metas: dict[int, dict],
+    device: str,
+    spread: dict,
+) -> list[dict]:
+    recs: list[dict] = []
+
+    # 1. data loading share of the step
+    share, src = None, ""
+    if not jsonl.empty and "data_wait_s" in jsonl and "step_s" in jsonl:
+        g = jsonl.groupby("rank")
+        per = (g["data_wait_s"].sum() / g["step_s"].sum() * 100).dropna()
+        if len(per):
+            share, src, worst = float(per.median()), "steps/*.jsonl data_wait_s / step_s", int(per.idxmax())
+    if share is None and not steps_trace.empty:
+        g = steps_trace.groupby("rank")
+        per = (g["data_loading_ms"].sum() / g["dur_ms"].sum() * 100).dropna()
+        if len(per):
+            share, src, worst = float(per.median()), "trace: time in hpcprof.data / DataLoader ops / ProfilerStep", int(per.idxmax())
+    if share is not None and share > DATA_SHARE_PCT:
+        recs.append(
+            {
+                "title": "Input pipeline: data loading takes a large share of each step; use more DataLoader workers, pin_memory and prefetching",
+                "evidence": f"median data-loading share {_fmt(share)}% of the step across ranks (rank {worst} highest; source: {src}); TensorBoard profiler threshold {DATA_SHARE_PCT:.0f}%",
+                "score": share,
+            }
+        )
+
+    # 2. communication share
+    if device == "cuda" and not kernel_type.empty:
+        tot = kernel_type["sum"].sum()
+        comm = kernel_type[kernel_type["kernel_type"].str.startswith("COMMUNICATION")]["sum"].sum()
+        pct = 100 * comm / tot if tot else 0.0
+        if pct > COMM_SHARE_PCT:
+            recs.append(
+                {
+                    "title": "Communication-bound: NCCL kernels dominate GPU time; increase per-GPU batch, use gradient accumulation / no_sync, tune DDP bucket_cap_mb, or check the interconnect",
+                    "evidence": f"{_fmt(pct)}% of GPU kernel time (all ranks) is communication-only (HTA kernel breakdown)",
+                    "score": pct,
+                }
+            )
+    elif not steps_trace.empty and "comm_ms" in steps_trace:
+        g = steps_trace.groupby("rank")
+        pct = float((g["comm_ms"].sum() / g["dur_ms"].sum() * 100).median())
+        if pct > COMM_SHARE_PCT:
+            recs.append(
+                {
+                    "title": "Communication takes a large share of the step (gloo collectives in flight); use larger batches or gradient accumulation, or NCCL on GPUs",
+                    "evidence": f"median {_fmt(pct)}% of the step has a collective in flight (trace, gloo ops)",
+                    "score": pct / 2,
+                }
+            )
+
+    # 3. overlap
+    if device == "cuda" and "comm_comp_overlap_pct" in per_rank and per_rank["comm_comp_overlap_pct"].notna().any():
+        ov = float(per_rank["comm_comp_overlap_pct"].median())
+        if ov < LOW_OVERLAP_PCT:
+            recs.append(
+                {
+                    "title": "Little overlap of communication with computation; let DDP overlap all-reduce with backward (smaller buckets, avoid syncs in backward), overlap all-to-all with compute",
+                    "evidence": f"median comm/comp overlap {_fmt(ov)}% across ranks (HTA), min {_fmt(float(per_rank['comm_comp_overlap_pct'].min()))}%",
+                    "score": (100 - ov) / 5,
+                }
+            )
+
+    # 4. Tensor Cores
+    if device == "cuda" and not kernels_all.empty:
+        comp = kernels_all[kernels_all["kernel_type"] == "COMPUTATION"]
+        tot = comp["sum"].sum()
+        tc = comp[comp["name"].str.contains(TC_RE)]["sum"].sum()
+        if tot > 0 and tc / tot < 0.01:
+            gemm = comp[comp["name"].str.contains("gemm|conv", case=False)]["sum"].sum()
+            recs.append(
+                {
+                    "title": "No Tensor Core kernels: enable mixed precision (torch.autocast bf16/fp16) or TF32, and channels_last for convolutions",
+                    "evidence": f"{_fmt(100 * tc / tot, 2)}% of compute kernel time in Tensor Core kernels (by kernel name); GEMM/conv kernels take {_fmt(100 * gemm / tot)}% of compute time",
+                    "score": 100 * gemm / tot / 3,
+                }
+            )
+
+    # 5. memory
+    mem = [(r, m.get("gpu_memory_peak_bytes"), m.get("gpu_memory_total_bytes")) for r, m in metas.items()]
+    mem = [(r, p, t) for r, p, t in mem if p and t]
+    if mem:
+        pct = max(100 * p / t for _, p, t in mem)
+        if pct < LOW_MEMORY_PCT:
+            recs.append(
+                {
+                    "title": "Low GPU memory use: increase the batch size per GPU to use the GPU better",
+                    "evidence": f"peak allocated memory at most {_fmt(pct)}% of device memory on any rank (profile_memory events)",
+                    "score": (LOW_MEMORY_PCT - pct) / 5,
+                }
+            )
+
+    # 6. GPU idle
+    if device == "cuda" and "idle_pct" in per_rank and per_rank["idle_pct"].notna().any():
+        idle = float(per_rank["idle_pct"].median())
+        if idle > GPU_IDLE_PCT:
+            recs.append(
+                {
+                    "title": "GPUs are idle much of the time; the host does not feed them fast enough (larger batches, fewer small kernels, CUDA graphs / torch.compile, faster input)",
+                    "evidence": f"median GPU idle {_fmt(idle)}% of the profiled time across ranks (HTA temporal breakdown); see the idle-time breakdown by cause",
+                    "score": idle / 2,
+                }
+            )
+
+    # 7. stragglers
+    step_ms = spread.get("median_of_rank_medians_ms")
+    for s in stragglers:
+        advice = {
+            "data_loading": "check its input pipeline (local disk / file system, DataLoader workers, CPU binding)",
+            "host_gap": "look for host-side work outside the profiled regions on that rank/node (other processes, GC, sleeps, slow I/O, CPU frequency)",
+            "cpu_work": "check CPU binding and contention on its node (cpus-per-task, other jobs)",
+            "gpu_compute": "check that GPU (clocks, thermals, ECC errors, other processes) or its node",
+            "memcpy": "check pinned memory and PCIe/NVLink topology on its node",
+        }.get(s["cause"], "inspect its trace around the late collectives")
+        pct = f" ({_fmt(100 * s['cost_ms_per_step'] / step_ms)}% of the median step)" if step_ms else ""
+        recs.append(
+            {
+                "title": f"Straggler: rank {s['rank']} (node {s.get('node')}) makes the others wait; {advice}",
+                "evidence": f"others wait {_fmt(s['cost_ms_per_step'])} ms per step for it{pct}; late in {_fmt(100 * s['late_in_steps_share'], 0)}% of steps; cause: {s['cause_detail']}; confidence {s['confidence']}",
+                "score": 100 * s["cost_ms_per_step"] / step_ms if step_ms else 50.0,
+            }
+        )
+
+    # 8. imbalance without a flagged straggler
+    if not stragglers and spread.get("spread_pct") and spread["spread_pct"] > 10:
+        recs.append(
+            {
+                "title": "Step time differs across ranks; check load balance and node health",
+                "evidence": f"median step time ranges {_fmt(spread['min_rank_median_ms'])}-{_fmt(spread['max_rank_median_ms'])} ms across ranks (slowest rank {spread['slowest_rank']})",
+                "score": spread["spread_pct"] / 2,
+            }
+        )
+    recs.sort(key=lambda r: -r["score"])
+    for r in recs:
+        r["score"] = round(float(r["score"]), 2)
+    return recs

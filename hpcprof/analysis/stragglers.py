@@ -1,0 +1,216 @@
+"""Cross-rank reduce for collectives: clock alignment, matching, waits, stragglers with cost and cause.
+
+Definitions (also in docs/analysis.md):
+- arrival of rank r at a collective: the start of its collective work (GPU: the NCCL kernel's start;
+  CPU/gloo: the start of `gloo:<op>` on the gloo thread, i.e. when r was ready to exchange data).
+- clock alignment: ranks on one host share a clock (offset 0). Across hosts, a collective ends on all
+  ranks at nearly the same instant (nobody leaves before the last one arrived and the data moved),
+  so the offset of rank r is the median over matched collectives of (end_r - median end over ranks).
+- wait of rank r at collective c: [arrival_r, last arrival]. The last arriver is what the others
+  wait for. Only BLOCKED waiting counts: the part of that interval where r did no useful work
+  (GPU rank: no compute/memcpy kernel running; CPU rank: no operator running on its main thread).
+  A bucket all-reduce that waits while backward keeps computing costs nothing and is not counted.
+  Per rank and step, the wait intervals are merged (several collectives in flight at once, e.g.
+  gloo's two worker threads, are not counted twice).
+- cost of rank s per step: for each step, the MEDIAN over the other ranks of their blocked waiting
+  at the collectives where s arrived last; averaged over the profiled steps.
+- straggler: a rank whose cost per step is above max(NOISE_FLOOR_MS, REL_THRESHOLD x median step
+  time), which is the top inflictor in at least MIN_STEP_SHARE of the steps, and which inflicts at
+  least DOMINANCE x the cost of the next rank. A healthy run flags nobody.
+- cause: in the windows before s arrived late (from its previous collective's end to its arrival),
+  the category (data loading, host gap, CPU work, GPU compute, memory copies) where s spent the most
+  time beyond the median of the other ranks in the same windows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+NOISE_FLOOR_MS = 1.0
+REL_THRESHOLD = 0.05
+MIN_STEP_SHARE = 0.5
+DOMINANCE = 2.0
+CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
+CAUSE_TEXT = {
+    "data_loading": "waiting for data (time in hpcprof.data / DataLoader before the collective)",
+    "host_gap": "host-side gap (un-annotated host time on the main thread: sleep, Python overhead, slow input outside the profiled regions)",
+    "cpu_work": "CPU work (host-side operators took longer than on the other ranks)",
+    "gpu_compute": "GPU compute (kernels before the collective ran longer than on the other ranks)",
+    "memcpy": "memory copies (memcpy/memset before the collective)",
+}
+
+
+def clock_offsets(colls: pd.DataFrame, hosts: dict[int, str | None]) -> dict[int, float]:
+    ranks = sorted(colls["rank"].unique()) if len(colls) else []
+    if len({hosts.get(r) for r in ranks}) <= 1:
+        return {int(r): 0.0 for r in ranks}
+    piv = colls.pivot_table(index="key", columns="rank", values="end_us", aggfunc="first").dropna()
+    if piv.empty:
+        return {int(r): 0.0 for r in ranks}
+    med = piv.median(axis=1)
+    off = piv.sub(med, axis=0).median(axis=0)
+    # ranks on the same host share a clock: use one offset per host
+    by_host: dict = {}
+    for r in ranks:
+        by_host.setdefault(hosts.get(r), []).append(float(off.get(r, 0.0)))
+    return {int(r): float(np.median(by_host[hosts.get(r)])) for r in ranks}
+
+
+def match(colls: pd.DataFrame) -> pd.DataFrame:
+    """Give every collective a cross-rank key: (group, seq) when the trace has sequence numbers,
+    else (group, step, kind, n-th of that kind in the step)."""
+    if colls.empty:
+        return colls.assign(key=pd.Series(dtype=str))
+    df = colls.copy()
+    # stream ids / group names must agree across ranks to be used as the group
+    groups_per_rank = df.groupby("rank")["group"].apply(frozenset)
+    if len(set(groups_per_rank)) > 1:
+        df["group"] = "default"
+        df["idx"] = df.sort_values("arrival_us").groupby(["rank", "group", "step", "kind"]).cumcount()
+    has_seq = df["seq"].notna().all()
+    if has_seq:
+        df["key"] = df["group"].astype(str) + "|seq" + df["seq"].astype("int64").astype(str)
+    else:
+        df["key"] = (
+            df["group"].astype(str) + "|" + df["step"].astype("int64").astype(str) + "|" + df["kind"].astype(str) + "|" + df["idx"].astype(str)
+        )
+    return df
+
+
+def _blocked(starts, ends, busy) -> float:
+    if len(starts) == 0:
+        return 0.0
+    from .timeline import Intervals
+
+    iv = Intervals(starts, ends)
+    covered = busy.covered(iv.s, iv.e).sum() if busy is not None else 0.0
+    return max(0.0, (iv.total - float(covered)) / 1e3)
+
+
+def analyze_collectives(colls: pd.DataFrame, hosts: dict[int, str | None], step_ms: float | None, busy: dict | None = None):
+    """Return (per-collective table, per-rank-per-step wait table, stragglers list, offsets)."""
+    if colls.empty or colls["rank"].nunique() < 2:
+        return pd.DataFrame(), pd.DataFrame(), [], {}
+    df = match(colls.reset_index(drop=True))
+    offsets = clock_offsets(df, hosts)
+    df["arrival"] = df["arrival_us"] - df["rank"].map(offsets)
+    df["end"] = df["end_us"] - df["rank"].map(offsets)
+    n_ranks = df["rank"].nunique()
+    cnt = df.groupby("key")["rank"].transform("nunique")
+    df = df[cnt >= max(2, n_ranks)].copy() if (cnt >= n_ranks).any() else df[cnt >= 2].copy()
+    if df.empty:
+        return pd.DataFrame(), pd.DataFrame(), [], offsets
+    g = df.groupby("key")
+    df["last_arrival"] = g["arrival"].transform("max")
+    df["wait_ms"] = (df["last_arrival"] - df["arrival"]) / 1e3
+    idx_last = g["arrival"].idxmax()
+    last = df.loc[idx_last, ["key", "rank"]].rename(columns={"rank": "last_rank"})
+    df = df.merge(last, on="key").reset_index(drop=True)
+    others = df[df["rank"] != df["last_rank"]]
+    inflicted = others.groupby("key")["wait_ms"].median().rename("inflicted_ms")
+    per_coll = (
+        df.groupby("key")
+        .agg(
+            group=("group", "first"),
+            kind=("kind", "first"),
+            step=("step", "max"),
+            first_arrival_us=("arrival", "min"),
+            last_arrival_us=("arrival", "max"),
+            end_us=("end", "max"),
+            n_ranks=("rank", "nunique"),
+        )
+        .join(last.set_index("key"))
+        .join(inflicted)
+        .fillna({"inflicted_ms": 0.0})
+        .reset_index()
+    )
+    per_coll["skew_ms"] = (per_coll["last_arrival_us"] - per_coll["first_arrival_us"]) / 1e3
+    per_coll = per_coll.sort_values("first_arrival_us", ignore_index=True)
+
+    ranks = sorted(int(r) for r in df["rank"].unique())
+    steps = sorted(int(s) for s in df["step"].unique())
+    busy = busy or {}
+    # busy intervals in the aligned clock
+    from .timeline import Intervals
+
+    busy_al = {r: (Intervals(b.s - offsets.get(r, 0.0), b.e - offsets.get(r, 0.0)) if b is not None else None) for r, b in busy.items()}
+    w = df[df["last_arrival"] > df["arrival"]]
+    rows = []
+    blocked_by: dict[tuple[int, int, int], float] = {}
+    for (r, s), grp in w.groupby(["rank", "step"]):
+        b = busy_al.get(int(r))
+        suffered = _blocked(grp["arrival"].to_numpy(), grp["last_arrival"].to_numpy(), b)
+        rows.append((int(r), int(s), suffered))
+        for lr, g2 in grp.groupby("last_rank"):
+            blocked_by[(int(r), int(s), int(lr))] = _blocked(g2["arrival"].to_numpy(), g2["last_arrival"].to_numpy(), b)
+    suffered_map = {(r, s): v for r, s, v in rows}
+    per_step_rows = []
+    for r in ranks:
+        for s in steps:
+            inflicted = float(np.median([blocked_by.get((o, s, r), 0.0) for o in ranks if o != r]))
+            per_step_rows.append(
+                {
+                    "rank": r,
+                    "step": s,
+                    "wait_suffered_ms": float(suffered_map.get((r, s), 0.0)),
+                    "wait_inflicted_ms": inflicted,
+                }
+            )
+    per_step = pd.DataFrame(per_step_rows)
+    # per collective: the blocked part of the others' waits (median) for the table
+    if busy_al:
+        bw = []
+        for _, row in df.iterrows():
+            b = busy_al.get(int(row["rank"]))
+            if row["last_arrival"] > row["arrival"] and b is not None:
+                bw.append(float(row["last_arrival"] - row["arrival"] - b.covered(row["arrival"], row["last_arrival"])) / 1e3)
+            else:
+                bw.append(float(row["wait_ms"]))
+        df["blocked_wait_ms"] = bw
+        per_coll = per_coll.join(df[df["rank"] != df["last_rank"]].groupby("key")["blocked_wait_ms"].median().rename("blocked_inflicted_ms"), on="key")
+
+    n_steps = max(len(steps), 1)
+    cost = per_step.groupby("rank")["wait_inflicted_ms"].sum() / n_steps
+    top_per_step = per_step.loc[per_step.groupby("step")["wait_inflicted_ms"].idxmax()]
+    top_share = top_per_step["rank"].value_counts() / n_steps
+    total_infl = float(per_step["wait_inflicted_ms"].sum()) or 1.0
+    threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD * (step_ms or 0.0))
+    stragglers = []
+    order = cost.sort_values(ascending=False)
+    for pos, (r, c) in enumerate(order.items()):
+        nxt = float(order.iloc[pos + 1]) if pos + 1 < len(order) else 0.0
+        share = float(top_share.get(r, 0.0))
+        if c < threshold or share < MIN_STEP_SHARE or c < DOMINANCE * nxt:
+            continue
+        cause, excess = _cause(df, per_coll, int(r))
+        conf = share * (c * n_steps / total_infl)
+        stragglers.append(
+            {
+                "rank": int(r),
+                "cost_ms_per_step": round(float(c), 3),
+                "cause": cause,
+                "cause_detail": CAUSE_TEXT.get(cause, cause),
+                "cause_excess_ms_per_step": {k: round(v / n_steps, 3) for k, v in excess.items()},
+                "confidence": round(float(min(1.0, max(0.0, conf))), 3),
+                "late_in_steps_share": round(share, 3),
+                "threshold_ms": round(threshold, 3),
+            }
+        )
+    return per_coll, per_step, stragglers, offsets
+
+
+def _cause(df: pd.DataFrame, per_coll: pd.DataFrame, r: int) -> tuple[str, dict[str, float]]:
+    col = "blocked_inflicted_ms" if "blocked_inflicted_ms" in per_coll else "inflicted_ms"
+    keys = per_coll.loc[(per_coll["last_rank"] == r) & (per_coll[col] > 0), "key"]
+    sub = df[df["key"].isin(keys)]
+    excess = {}
+    for c in CATEGORIES:
+        col = f"win_{c}_ms"
+        mine = sub[sub["rank"] == r].set_index("key")[col]
+        oth = sub[sub["rank"] != r].groupby("key")[col].median()
+        excess[c] = float((mine - oth).dropna().sum())
+    cause = max(excess, key=excess.get)
+    if excess[cause] <= 0:
+        cause = "unknown"
+    return cause, excess

@@ -1,0 +1,41 @@
+"""python -m hpcprof.analyze RUN_DIR|TRACE_FOLDER [--out DIR] [--workers N] [--no-cache] [--ranks R ...]
+
+Analyse every rank's trace (HTA breakdowns per rank, stragglers across ranks) and write
+summary.json, tables/, plots/ and report.html into RUN_DIR/analysis (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from hpcprof.analysis import AnalysisError, analyze, console_summary
+
+__all__ = ["analyze", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hpcprof.analyze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("path", help="run directory (runs/<name>) or a folder of Kineto traces (*.json, *.json.gz)")
+    ap.add_argument("--out", default=None, help="output folder (default: <path>/analysis)")
+    ap.add_argument("--workers", type=int, default=None, help="worker processes for the per-rank map (default: min(cores, ranks, 8))")
+    ap.add_argument("--no-cache", action="store_true", help="parse every trace again (ignore the parse cache)")
+    ap.add_argument("--cache-dir", default=None, help="parse cache folder (default: <out>/.cache)")
+    ap.add_argument("--ranks", type=int, nargs="+", default=None, help="analyse only these ranks")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    a = ap.parse_args(argv)
+    try:
+        summary = analyze(a.path, out=a.out, workers=a.workers, use_cache=not a.no_cache, ranks=a.ranks, cache_dir=a.cache_dir, progress=not a.quiet)
+    except AnalysisError as exc:
+        print(f"hpcprof.analyze: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hpcprof.analyze: interrupted", file=sys.stderr)
+        return 130
+    print(console_summary(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
