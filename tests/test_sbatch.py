@@ -1,0 +1,168 @@
+"""hpcprof.sbatch: templates rendered from a job spec (golden files, bash -n, shellcheck) and every
+unsafe value refused with the field named. No SLURM needed; tests/slurm submits them for real."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpcprof import sbatch
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("HPCPROF_UPDATE_GOLDEN") == "1"
+
+# One realistic command per template; the golden file is exactly what it prints.
+CASES = {
+    "jean-zay-v100": ["--template", "jean-zay-v100", "--nodes", "2", "--account", "abc@v100",
+                      "--qos", "qos_gpu-t3", "--time-min", "120", "--model-arch", "resnet50",
+                      "--data-batch-size", "64", "--train-steps", "30", "--profiler-wait", "5",
+                      "--profiler-warmup", "2", "--profiler-active", "5", "--name", "rn50-v100"],
+    "jean-zay-a100": ["--template", "jean-zay-a100", "--nodes", "4", "--account", "abc@a100",
+                      "--qos", "qos_gpu_a100-t3", "--module", "pytorch-gpu/py3/2.5.0",
+                      "--data-source", "fakedata", "--data-num-workers", "6",
+                      "--data-pin-memory", "--model-amp", "bf16", "--model-channels-last"],
+    "jean-zay-h100": ["--template", "jean-zay-h100", "--nodes", "2", "--gpus-per-node", "2",
+                      "--account", "abc@h100", "--qos", "qos_gpu_h100-dev",
+                      "--inject-straggler", "1:50", "--runs-dir", "/lustre/fswork/projects/abc/runs"],
+    "generic": ["--template", "generic", "--partition", "gpu", "--nodes", "2",
+                "--gpus-per-node", "4", "--cpus-per-task", "8", "--mem-gb", "64",
+                "--venv", "/opt/venvs/hpcprof", "--module", "cuda/12.1",
+                "--slurm-extra", "exclusive=", "--time-min", "1500"],
+    "generic-cpu": ["--template", "generic", "--nodes", "2", "--tasks-per-node", "2",
+                    "--model-arch", "resnet18", "--model-image-size", "32"],
+}
+
+
+def render_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    code = sbatch.main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rendered_template_matches_golden_file(case, capsys):
+    code, out, err = render_cli(CASES[case], capsys)
+    assert code == 0, err
+    golden = GOLDEN / f"{case}.sbatch"
+    if UPDATE:
+        golden.write_text(out)
+    assert golden.exists(), f"{golden} missing; create it with HPCPROF_UPDATE_GOLDEN=1"
+    assert out == golden.read_text(), f"rendered {case} differs from {golden} (HPCPROF_UPDATE_GOLDEN=1 to accept)"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rendered_script_passes_bash_n_and_shellcheck(case, capsys, tmp_path):
+    code, out, err = render_cli(CASES[case], capsys)
+    assert code == 0, err
+    script = tmp_path / f"{case}.sbatch"
+    script.write_text(out)
+    res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck not installed (Debian package shellcheck; scripts/install-debian-deps.sh)")
+    res = subprocess.run(["shellcheck", "--severity=style", str(script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.parametrize("name", sbatch.available_templates())
+def test_template_as_shipped_passes_shellcheck(name):
+    path = sbatch.TEMPLATES_DIR / f"{name}.sbatch"
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck not installed")
+    res = subprocess.run(["shellcheck", "--severity=style", str(path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
+
+
+def sbatch_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#SBATCH")]
+
+
+def test_jean_zay_templates_request_one_task_per_gpu(capsys):
+    expected = {"jean-zay-v100": ("4", "10", "v100-32g", "xxx@v100"),
+                "jean-zay-a100": ("8", "8", "a100", "xxx@a100"),
+                "jean-zay-h100": ("4", "24", "h100", "xxx@h100")}
+    for name, (gpus, cpus, constraint, account) in expected.items():
+        code, out, _ = render_cli(["--template", name, "--nodes", "2"], capsys)
+        assert code == 0
+        lines = sbatch_lines(out)
+        assert f"#SBATCH --gres=gpu:{gpus}" in lines
+        assert f"#SBATCH --ntasks-per-node={gpus}" in lines
+        assert f"#SBATCH --cpus-per-task={cpus}" in lines
+        assert f"#SBATCH --constraint={constraint}" in lines
+        assert f"#SBATCH --account={account}" in lines
+        assert "#SBATCH --hint=nomultithread" in lines
+        assert "#SBATCH --nodes=2" in lines
+        assert re.search(r"^srun .*\\\n\s+python -m hpcprof\.train ", out, re.M)
+
+
+def test_generic_template_without_gpus_has_no_gpu_line(capsys):
+    code, out, _ = render_cli(["--template", "generic", "--tasks-per-node", "2"], capsys)
+    assert code == 0
+    assert not [line for line in sbatch_lines(out) if "gpu" in line]
+    code, out, _ = render_cli(["--template", "generic", "--gpus-per-node", "2",
+                               "--gpu-request", "gpus-per-node"], capsys)
+    assert "#SBATCH --gpus-per-node=2" in sbatch_lines(out)
+
+
+def test_more_tasks_than_gpus_is_refused(capsys):
+    code, out, err = render_cli(["--template", "jean-zay-v100", "--tasks-per-node", "8"], capsys)
+    assert code == 2 and out == ""
+    assert "resources.tasks_per_node" in err
+
+
+# (arguments, field the error must name)
+INJECTIONS = [
+    (["--job-name", "a;b"], "job_name"),
+    (["--job-name", "$(reboot)"], "job_name"),
+    (["--account", "`id`"], "account"),
+    (["--partition", "gpu'x"], "partition"),
+    (["--qos", 'q"x'], "qos"),
+    (["--constraint", "a\nb"], "constraint"),
+    (["--module", "x; rm -rf /"], "--module"),
+    (["--module", "$(id)"], "--module"),
+    (["--module", "a\nb"], "--module"),
+    (["--venv", "/opt/v;id"], "--venv"),
+    (["--venv", "/opt/`id`"], "--venv"),
+    (["--venv", "$HOME/venv"], "--venv"),
+    (["--data-path", "/data; id"], "data.path"),
+    (["--data-path", "/data\nid"], "data.path"),
+    (["--runs-dir", "runs$(id)"], "runs_dir"),
+    (["--runs-dir", "it's"], "runs_dir"),
+    (["--name", "x;y"], "name"),
+    (["--setup", "module load x; id"], "resources.setup[0]"),
+    (["--setup", "source '/x'"], "resources.setup[0]"),
+    (["--setup", "echo `id`"], "resources.setup[0]"),
+    (["--slurm-extra", "mail-user=a;id"], "slurm_extra"),
+    (["--slurm-extra", "a$(id)=1"], "slurm_extra"),
+    (["--inject-straggler", "1:50;id"], "drills.straggler"),
+]
+
+
+@pytest.mark.parametrize("args,field", INJECTIONS, ids=[f"{a[0]}={a[1]!r}" for a, _ in INJECTIONS])
+def test_unsafe_value_is_refused_naming_the_field_and_nothing_is_written(args, field, capsys, tmp_path):
+    target = tmp_path / "job.slurm"
+    code, out, err = render_cli(["--template", "generic", "--output", str(target), *args], capsys)
+    assert code == 2
+    assert field in err, err
+    assert out == "" and not target.exists() and not list(tmp_path.iterdir())
+
+
+def test_unknown_template_lists_the_valid_ones(capsys):
+    code, out, err = render_cli(["--template", "jean-zay-p100"], capsys)
+    assert code == 2 and out == ""
+    for name in ("jean-zay-v100", "jean-zay-a100", "jean-zay-h100", "generic"):
+        assert name in err
+
+
+def test_output_file_is_written_only_on_success(capsys, tmp_path):
+    target = tmp_path / "job.slurm"
+    code, out, err = render_cli(["--template", "generic", "--output", str(target)], capsys)
+    assert code == 0 and out == ""
+    assert target.read_text().startswith("#!/bin/bash\n")
+    assert f"sbatch {target}" in err
