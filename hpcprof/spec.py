@@ -272,8 +272,6 @@ class JobSpec:
                 f"resources.nodes = {r.nodes} is impossible with cluster = {r.cluster!r}: it runs on this "
                 "machine only; use cluster = 'slurm' for several nodes"
             )
-        if r.cluster == "debug" and r.tasks_per_node > 1:
-            raise SpecError("resources.tasks_per_node must be 0 or 1 with cluster = 'debug' (one in-process rank)")
         if d.source == "imagefolder" and not d.path:
             raise SpecError("data.path is required when data.source = 'imagefolder'")
         if d.source == "synthetic" and (d.num_workers or d.pin_memory or d.prefetch_factor):

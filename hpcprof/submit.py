@@ -80,7 +80,9 @@ def resolve_resources(spec: JobSpec, executor: str) -> JobSpec:
             r.gpus_per_node = gpus
         if r.tasks_per_node == 0:
             r.tasks_per_node = r.gpus_per_node or 2
-        if executor == "debug":
+        if executor == "debug" and r.tasks_per_node != 1:
+            print(f"hpcprof: the debug executor runs one rank in this process (tasks_per_node {r.tasks_per_node} -> 1)",
+                  file=sys.stderr)
             r.tasks_per_node = 1
     elif r.tasks_per_node == 0:
         r.tasks_per_node = r.gpus_per_node or 1
