@@ -14,9 +14,10 @@ Definitions (also in docs/analysis.md):
   gloo's two worker threads, are not counted twice).
 - cost of rank s per step: for each step, the MEDIAN over the other ranks of their blocked waiting
   at the collectives where s arrived last; averaged over the profiled steps.
-- straggler: a rank whose cost per step is above max(NOISE_FLOOR_MS, REL_THRESHOLD x median step
-  time), which is the top inflictor in at least MIN_STEP_SHARE of the steps, and which inflicts at
-  least DOMINANCE x the cost of the next rank. A healthy run flags nobody.
+- straggler: a rank whose cost per step is above threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD x
+  median step time) AND that inflicts more than the threshold in at least MIN_STEP_SHARE of the
+  profiled steps (a persistent cause, not scheduling noise that moves from rank to rank). Flagged
+  ranks are ordered by cost. A healthy run flags nobody.
 - cause: in the windows before s arrived late (from its previous collective's end to its arrival),
   the category (data loading, host gap, CPU work, GPU compute, memory copies) where s spent the most
   time beyond the median of the other ranks in the same windows.
@@ -29,8 +30,7 @@ import pandas as pd
 
 NOISE_FLOOR_MS = 1.0
 REL_THRESHOLD = 0.05
-MIN_STEP_SHARE = 0.5
-DOMINANCE = 2.0
+MIN_STEP_SHARE = 0.75
 CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
 CAUSE_TEXT = {
     "data_loading": "waiting for data (time in hpcprof.data / DataLoader before the collective)",
@@ -172,16 +172,14 @@ def analyze_collectives(colls: pd.DataFrame, hosts: dict[int, str | None], step_
 
     n_steps = max(len(steps), 1)
     cost = per_step.groupby("rank")["wait_inflicted_ms"].sum() / n_steps
-    top_per_step = per_step.loc[per_step.groupby("step")["wait_inflicted_ms"].idxmax()]
-    top_share = top_per_step["rank"].value_counts() / n_steps
     total_infl = float(per_step["wait_inflicted_ms"].sum()) or 1.0
     threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD * (step_ms or 0.0))
+    top_share = (per_step["wait_inflicted_ms"] > threshold).groupby(per_step["rank"]).sum() / n_steps
     stragglers = []
     order = cost.sort_values(ascending=False)
-    for pos, (r, c) in enumerate(order.items()):
-        nxt = float(order.iloc[pos + 1]) if pos + 1 < len(order) else 0.0
+    for r, c in order.items():
         share = float(top_share.get(r, 0.0))
-        if c < threshold or share < MIN_STEP_SHARE or c < DOMINANCE * nxt:
+        if c < threshold or share < MIN_STEP_SHARE:
             continue
         cause, excess = _cause(df, per_coll, int(r))
         conf = share * (c * n_steps / total_infl)

@@ -1,0 +1,112 @@
+"""Bad input is named in `warnings` (file and rank) and the remaining ranks are still analysed;
+nothing analysable -> a clean error (non-zero exit, no traceback)."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from hpcprof.analysis import AnalysisError, analyze
+
+
+def _files(d):
+    return sorted(p for p in d.iterdir() if p.name.endswith(".json.gz"))
+
+
+def _ranks(summary):
+    return sorted(summary["ranks_analyzed"])
+
+
+def test_no_distributed_info_analysed_as_rank0(tmp_path, traces, helpers):
+    src = helpers.require(traces["kineto0"])
+    summary = analyze(src, out=tmp_path / "out", workers=1, progress=False)
+    assert _ranks(summary) == [0]
+    name = _files(src)[0].name
+    assert any(name in w and "no distributedInfo" in w and "rank 0" in w for w in summary["warnings"]), summary["warnings"]
+    # single GPU trace: HTA's numbers are still there
+    assert summary["per_rank"][0]["idle_pct"] is not None
+    assert summary["device"] == "cuda"
+
+
+def test_truncated_gzip_named_and_rest_analysed(dlrm_copy, tmp_path):
+    f = _files(dlrm_copy)[3]
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2])
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+    assert _ranks(s) == [0, 1, 2, 4, 5, 6, 7]
+    assert any(f.name in w and "truncated or corrupt" in w for w in s["warnings"]), s["warnings"]
+    assert any("7 of 8 ranks analysed" in w for w in s["warnings"])
+
+
+def test_corrupt_json_named_and_rest_analysed(dlrm_copy, tmp_path):
+    f = _files(dlrm_copy)[1]
+    raw = gzip.decompress(f.read_bytes())
+    f.write_bytes(gzip.compress(raw[:-5000] + b"garbage"))
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+    assert 1 not in _ranks(s) and len(_ranks(s)) == 7
+    assert any(f.name in w and "not valid JSON" in w for w in s["warnings"]), s["warnings"]
+
+
+def test_empty_file_named_and_rest_analysed(dlrm_copy, tmp_path):
+    f = _files(dlrm_copy)[0]
+    f.write_bytes(b"")
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+    assert _ranks(s) == [1, 2, 3, 4, 5, 6, 7]
+    assert any(f.name in w and "empty file" in w for w in s["warnings"]), s["warnings"]
+
+
+def test_duplicate_rank_named_and_rest_analysed(dlrm_copy, tmp_path):
+    f = _files(dlrm_copy)[2]
+    dup = dlrm_copy / ("zz_copy_of_" + f.name)
+    shutil.copy(f, dup)
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+    assert _ranks(s) == list(range(8))
+    assert any(dup.name in w and "duplicate rank 2" in w for w in s["warnings"]), s["warnings"]
+
+
+def test_other_job_world_size_named_and_rest_analysed(dlrm_copy, tmp_path, helpers):
+    f = _files(dlrm_copy)[5]
+    doc = helpers.load_trace(f)
+    doc["distributedInfo"]["world_size"] = 16
+    helpers.write_trace(f, doc)
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+    assert _ranks(s) == [0, 1, 2, 3, 4, 6, 7]
+    assert s["world_size"] == 8
+    assert any(f.name in w and "(rank 5)" in w and "world size 16" in w for w in s["warnings"]), s["warnings"]
+
+
+def test_cpu_only_trace_gpu_fields_null_with_reason(cpu_run, tmp_path):
+    s = analyze(cpu_run, out=tmp_path / "out", workers=2, progress=False)
+    assert s["device"] == "cpu"
+    assert _ranks(s) == [0, 1, 2, 3]
+    for r in s["per_rank"]:
+        assert r["idle_pct"] is None and r["compute_pct"] is None and r["comm_comp_overlap_pct"] is None
+        assert r["step_time_ms"] and r["step_time_ms"] > 0
+    assert s["kernel_breakdown"] is None
+    assert any("rank-0.pt.trace.json.gz (rank 0)" in w and "no GPU kernels" in w and "null" in w for w in s["warnings"]), s["warnings"]
+    assert s["collectives_matched"] > 0
+
+
+def test_nothing_analysable_is_a_clean_error(tmp_path):
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "a.json").write_text("{not json")
+    (d / "b.json.gz").write_bytes(b"")
+    with pytest.raises(AnalysisError) as exc:
+        analyze(d, out=tmp_path / "out", workers=1, progress=False)
+    assert "a.json" in str(exc.value) and "b.json.gz" in str(exc.value)
+    proc = subprocess.run([sys.executable, "-m", "hpcprof.analyze", str(d), "--out", str(tmp_path / "o2")], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "nothing could be analysed" in proc.stderr
+
+
+def test_missing_path_is_a_clean_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hpcprof.analyze", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "no such run directory" in proc.stderr
