@@ -1,0 +1,246 @@
+"""The per-rank map as a submitit job ARRAY on SLURM (``python -m hpcprof.analyze --executor slurm``).
+
+Each array task runs :func:`hpcprof.analysis.mapper.analyze_rank` on one rank's trace (or on a chunk
+of ``--array-chunk`` ranks) on a compute node and writes its small per-rank tables into the shared
+parse cache; :func:`map_on_slurm` waits for the tasks (progress bar over finished tasks) and returns
+the same list of result dicts as ``pipeline._map``, so the cross-rank reduce runs unchanged where the
+command runs. The trace folder, the cache folder and the log folder must therefore be on a file
+system that both this machine and the compute nodes see (the run directory normally is).
+
+A task that fails (killed for memory or time, node failure, a crash in the analysis) costs only its
+own ranks: each becomes an ``ok=False`` result whose error names the file, the array task and its
+log, which the reduce turns into a warning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .mapper import analyze_rank
+
+#: Seconds between two looks at the array tasks while waiting.
+POLL_S = 1.0
+
+
+@dataclass
+class SlurmOptions:
+    """SLURM parameters of the analysis array (each maps to one sbatch option)."""
+
+    partition: str | None = None
+    """--partition; None: the cluster's default partition."""
+    account: str | None = None
+    """--account to charge."""
+    qos: str | None = None
+    """--qos."""
+    time_min: int = 60
+    """--time per array task, in minutes (one task analyses ``array_chunk`` ranks)."""
+    cpus_per_task: int = 1
+    """--cpus-per-task (analyze_rank is single-threaded apart from JSON/parquet I/O)."""
+    mem_gb: float | None = None
+    """--mem per task in GB; None: the partition's default. About 8x one rank's uncompressed JSON."""
+    setup: list[str] = field(default_factory=list)
+    """Shell lines run in the sbatch script before the task (module load, source venv/bin/activate)."""
+    array_chunk: int = 1
+    """Ranks per array task: 1 = one task per rank; larger chunks cut scheduling overhead."""
+    array_parallelism: int | None = None
+    """At most this many tasks at once (sbatch --array=...%N); None: all."""
+    job_name: str = "hpcprof-analyze"
+    """--job-name of the array."""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Any other sbatch option, e.g. {"constraint": "v100"} (submitit's slurm_additional_parameters)."""
+
+    def validate(self) -> "SlurmOptions":
+        if self.array_chunk < 1:
+            raise ValueError(f"--array-chunk {self.array_chunk}: must be at least 1 (ranks per array task)")
+        if self.time_min < 1:
+            raise ValueError(f"--slurm-time {self.time_min}: must be at least 1 minute")
+        if self.cpus_per_task < 1:
+            raise ValueError(f"--slurm-cpus {self.cpus_per_task}: must be at least 1")
+        if self.mem_gb is not None and self.mem_gb <= 0:
+            raise ValueError(f"--slurm-mem-gb {self.mem_gb}: must be positive")
+        if self.array_parallelism is not None and self.array_parallelism < 1:
+            raise ValueError(f"--array-parallelism {self.array_parallelism}: must be at least 1")
+        return self
+
+
+# ------------------------------------------------------------------------------------ CLI
+def add_slurm_arguments(ap: argparse.ArgumentParser) -> None:
+    """The SLURM options of ``python -m hpcprof.analyze`` (used with ``--executor slurm``)."""
+    g = ap.add_argument_group("SLURM array (with --executor slurm)")
+    g.add_argument("--array-chunk", type=int, default=1, metavar="N", help="ranks per array task (default 1: one task per rank)")
+    g.add_argument("--array-parallelism", type=int, default=None, metavar="N", help="run at most N array tasks at once")
+    g.add_argument("--slurm-partition", default=None, help="partition of the array tasks (default: the cluster's default)")
+    g.add_argument("--slurm-account", default=None, help="account to charge")
+    g.add_argument("--slurm-qos", default=None, help="quality of service")
+    g.add_argument("--slurm-time", type=int, default=60, metavar="MIN", help="time limit per array task in minutes (default 60)")
+    g.add_argument("--slurm-cpus", type=int, default=1, metavar="N", help="CPUs per array task (default 1)")
+    g.add_argument("--slurm-mem-gb", type=float, default=None, metavar="GB", help="memory per array task (default: the partition's)")
+    g.add_argument("--slurm-setup", action="append", default=[], metavar="LINE",
+                   help="shell line run before each task, e.g. 'module load python'; repeatable")
+    g.add_argument("--slurm-extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other sbatch option, e.g. constraint=v100; repeatable")
+
+
+def slurm_options_from_args(a: argparse.Namespace) -> SlurmOptions:
+    extra = {}
+    for kv in a.slurm_extra:
+        if "=" not in kv:
+            raise ValueError(f"--slurm-extra {kv!r}: expected KEY=VALUE (an sbatch option without the dashes)")
+        k, v = kv.split("=", 1)
+        extra[k.strip().lstrip("-").replace("-", "_")] = v
+    return SlurmOptions(
+        partition=a.slurm_partition,
+        account=a.slurm_account,
+        qos=a.slurm_qos,
+        time_min=a.slurm_time,
+        cpus_per_task=a.slurm_cpus,
+        mem_gb=a.slurm_mem_gb,
+        setup=list(a.slurm_setup),
+        array_chunk=a.array_chunk,
+        array_parallelism=a.array_parallelism,
+        extra=extra,
+    ).validate()
+
+
+# ------------------------------------------------------------------------------------ task side
+def run_chunk(paths: Sequence[str], cache_dir: str, use_cache: bool, rank_fn: Callable[..., dict] = analyze_rank) -> list[dict]:
+    """One array task: analyse each trace of the chunk; an exception costs only its own file."""
+    out = []
+    task = os.environ.get("SLURM_ARRAY_JOB_ID", "?") + "_" + os.environ.get("SLURM_ARRAY_TASK_ID", "?")
+    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    for p in paths:
+        try:
+            out.append(rank_fn(p, cache_dir, use_cache))
+        except Exception as exc:  # analyze_rank reports bad input itself; this is the unexpected rest
+            out.append({"ok": False, "path": str(p),
+                        "error": f"{Path(p).name}: analysis failed in SLURM array task {task} on {host} ({type(exc).__name__}: {exc})"})
+    return out
+
+
+# ------------------------------------------------------------------------------------ submit side
+def _check_slurm() -> None:
+    from .pipeline import AnalysisError
+
+    if shutil.which("sbatch") is None:
+        raise AnalysisError("--executor slurm: sbatch is not on PATH; run on a SLURM login node "
+                            "(or start the local cluster: python -m hpcprof.localslurm up, then eval its env), "
+                            "or use --executor local")
+
+
+def _executor(opts: SlurmOptions, log_dir: Path, n_tasks: int):
+    import submitit
+
+    ex = submitit.AutoExecutor(folder=str(log_dir), cluster="slurm")
+    params: dict[str, Any] = {
+        "name": opts.job_name,
+        "timeout_min": opts.time_min,
+        "nodes": 1,
+        "tasks_per_node": 1,
+        "cpus_per_task": opts.cpus_per_task,
+        "slurm_array_parallelism": opts.array_parallelism or max(1, n_tasks),
+    }
+    if opts.mem_gb is not None:
+        params["mem_gb"] = opts.mem_gb
+    for key in ("partition", "account", "qos"):
+        if getattr(opts, key):
+            params[f"slurm_{key}"] = getattr(opts, key)
+    if opts.setup:
+        params["slurm_setup"] = list(opts.setup)
+    if opts.extra:
+        params["slurm_additional_parameters"] = dict(opts.extra)
+    ex.update_parameters(**params)
+    return ex
+
+
+def _failure(job, exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    # submitit puts the task's traceback (or "has not produced any output (state: X)") in the message
+    tail = lines[-1] if lines else type(exc).__name__
+    if len(tail) > 300:
+        tail = tail[:300] + "..."
+    return f"SLURM array task {job.job_id} failed ({tail}); log: {job.paths.stderr}"
+
+
+def map_on_slurm(
+    files: Sequence[Path],
+    cache_dir: str | os.PathLike,
+    use_cache: bool,
+    opts: SlurmOptions | None = None,
+    log_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+    rank_fn: Callable[..., dict] = analyze_rank,
+) -> list[dict]:
+    """Run analyze_rank on every file as a SLURM job array; return pipeline._map's result list.
+
+    ``rank_fn`` replaces analyze_rank in the tasks (same signature); it must be importable or
+    picklable by value on the compute nodes.
+    """
+    from tqdm import tqdm
+
+    opts = (opts or SlurmOptions()).validate()
+    _check_slurm()
+    files = [Path(f) for f in files]
+    cache_dir = Path(cache_dir).resolve()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(log_dir).resolve() if log_dir is not None else cache_dir.parent / "slurm-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    chunks = [[str(f.resolve()) for f in files[i : i + opts.array_chunk]] for i in range(0, len(files), opts.array_chunk)]
+    originals = {str(f.resolve()): str(f) for f in files}
+    if not chunks:
+        return []
+
+    ex = _executor(opts, log_dir, len(chunks))
+    n = len(chunks)
+    try:
+        jobs = ex.map_array(run_chunk, chunks, [str(cache_dir)] * n, [use_cache] * n, [rank_fn] * n)
+    except Exception as exc:
+        from .pipeline import AnalysisError
+
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        raise AnalysisError(
+            f"--executor slurm: submitting the analysis array failed ({lines[-1] if lines else type(exc).__name__}); "
+            "check that sbatch works here (SLURM_CONF, partition/account/qos names), or use --executor local"
+        ) from None
+    array_id = jobs[0].job_id.split("_")[0]
+    print(f"hpcprof: analysis array {array_id}: {n} task(s) x {opts.array_chunk} rank(s), logs in {log_dir}", file=sys.stderr)
+
+    results: list[dict] = []
+    pending = dict(enumerate(jobs))
+    bar = tqdm(total=n, desc=f"hpcprof: SLURM array {array_id}", unit="task", disable=not progress, file=sys.stderr)
+    try:
+        while pending:
+            for i, job in list(pending.items()):
+                if not job.done():
+                    continue
+                del pending[i]
+                try:
+                    res = job.result()
+                except Exception as exc:
+                    why = _failure(job, exc)
+                    res = [{"ok": False, "path": p, "error": f"{Path(p).name}: {why}"} for p in chunks[i]]
+                results.extend(res)
+                bar.update()
+            if pending:
+                time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        for job in pending.values():
+            try:
+                job.cancel(check=False)
+            except Exception:
+                pass
+        raise
+    finally:
+        bar.close()
+    # report the paths as the caller gave them (the reduce and summary.json show them)
+    for r in results:
+        r["path"] = originals.get(r["path"], r["path"])
+        if r.get("ok") and isinstance(r.get("meta"), dict):
+            r["meta"]["path"] = r["path"]
+    return sorted(results, key=lambda r: r["path"])
