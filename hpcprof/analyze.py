@@ -11,6 +11,7 @@ import sys
 from typing import Sequence
 
 from hpcprof.analysis import AnalysisError, analyze, console_summary
+from hpcprof.analysis.array import add_slurm_arguments, slurm_options_from_args
 
 __all__ = ["analyze", "main"]
 
@@ -24,9 +25,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=None, help="parse cache folder (default: <out>/.cache)")
     ap.add_argument("--ranks", type=int, nargs="+", default=None, help="analyse only these ranks")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--executor", choices=["local", "slurm"], default="local", help="run the per-rank map in worker processes here (local) or as a SLURM job array (slurm)")
+    add_slurm_arguments(ap)
     a = ap.parse_args(argv)
     try:
-        summary = analyze(a.path, out=a.out, workers=a.workers, use_cache=not a.no_cache, ranks=a.ranks, cache_dir=a.cache_dir, progress=not a.quiet)
+        slurm = slurm_options_from_args(a)
+    except ValueError as exc:
+        ap.error(str(exc))
+    try:
+        summary = analyze(a.path, out=a.out, workers=a.workers, use_cache=not a.no_cache, ranks=a.ranks, cache_dir=a.cache_dir, progress=not a.quiet, executor=a.executor, slurm=slurm)
     except AnalysisError as exc:
         print(f"hpcprof.analyze: error: {exc}", file=sys.stderr)
         return 2

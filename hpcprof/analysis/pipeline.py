@@ -109,6 +109,8 @@ def analyze(
     cache_dir: str | os.PathLike | None = None,
     progress: bool = True,
     console: bool = False,
+    executor: str = "local",
+    slurm=None,
 ) -> dict[str, Any]:
     """Analyse a run directory or a folder of Kineto traces; write outputs; return the summary dict."""
     src = Path(path)
@@ -139,7 +141,14 @@ def analyze(
     if not files:
         raise AnalysisError(f"{src}: no trace files (*.json, *.json.gz){' in traces/' if is_run else ''}")
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
-    results = _map(files, cdir, use_cache, n_workers, progress)
+    if executor == "slurm":  # the map as a SLURM job array (hpcprof.analysis.array); slurm: SlurmOptions
+        from .array import map_on_slurm
+
+        results = map_on_slurm(files, cdir, use_cache, slurm, log_dir=out_dir / "slurm-logs", progress=progress)
+    elif executor == "local":
+        results = _map(files, cdir, use_cache, n_workers, progress)
+    else:
+        raise AnalysisError(f"executor {executor!r}: expected 'local' (worker processes here) or 'slurm' (a job array)")
     keep, world_size = _select(results, manifest, ranks, warnings)
     if not keep:
         raise AnalysisError("nothing could be analysed:\n  " + "\n  ".join(warnings or ["no usable trace"]))
@@ -151,6 +160,7 @@ def analyze(
         "parsed_ranks": sorted(r for r, v in keep.items() if not v["cached"]),
         "cached_ranks": sorted(r for r, v in keep.items() if v["cached"]),
         "workers": n_workers,
+        "executor": executor,
     }
     (out_dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2))
     if console:
