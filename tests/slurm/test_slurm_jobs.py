@@ -1,0 +1,158 @@
+"""hpcprof jobs on the real local 2-node SLURM cluster: submit across nodes, a rendered template
+submitted with plain sbatch, preemption with requeue and resume, and a crash on node n2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# A tiny CPU job: 4 gloo ranks on 2 cores, about 1 s per step.
+TINY = ["--job", str(REPO / "jobs" / "demo-local.toml"), "--model-image-size", "32",
+        "--data-batch-size", "4", "--profiler-wait", "0", "--profiler-warmup", "1",
+        "--profiler-active", "1", "--cpus-per-task", "1", "--time-min", "10"]
+
+
+def submit_cmd(cluster, runs: Path, name: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "hpcprof.submit", "--cluster", "slurm", "--nodes", "2",
+            "--tasks-per-node", "2", "--partition", cluster.partition, "--runs-dir", str(runs),
+            "--name", name, "--poll-s", "0.5", *TINY, *extra]
+
+
+def step_numbers(run: Path, rank: int) -> list[int]:
+    path = run / "steps" / f"rank-{rank}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def manifest(run: Path) -> dict:
+    return json.loads((run / "manifest.json").read_text())
+
+
+def assert_ranks_on_nodes(run: Path) -> None:
+    ranks = sorted(manifest(run)["ranks"], key=lambda e: e["rank"])
+    assert [(e["rank"], e["node"]) for e in ranks] == [(0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")]
+    traces = sorted(p.name for p in (run / "traces").glob("*.json.gz"))
+    assert traces == [f"rank-{r}.pt.trace.json.gz" for r in range(4)]
+
+
+def test_submit_two_nodes_two_tasks_per_node(slurm_cluster, tmp_path):
+    runs = tmp_path / "runs"
+    res = subprocess.run(submit_cmd(slurm_cluster, runs, "two-nodes", "--train-steps", "4", "--wait"),
+                         env=slurm_cluster.env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=240)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "succeeded on 4 rank(s)" in res.stdout
+    run = runs / "two-nodes"
+    assert_ranks_on_nodes(run)
+    m = manifest(run)
+    assert m["executor"] == "slurm" and m["world_size"] == 4 and m["backend"] == "gloo"
+    assert all(step_numbers(run, r) == [0, 1, 2, 3] for r in range(4))
+    assert slurm_cluster.wait_job(m["job_id"], timeout=60) == "COMPLETED"
+
+
+def test_generic_template_rendered_for_local_partition_runs_with_plain_sbatch(slurm_cluster, tmp_path):
+    script = tmp_path / "job.slurm"
+    render = subprocess.run(
+        [sys.executable, "-m", "hpcprof.sbatch", "--template", "generic", "--output", str(script),
+         "--partition", slurm_cluster.partition, "--nodes", "2", "--tasks-per-node", "2",
+         "--venv", str(Path(sys.executable).parent.parent), "--runs-dir", "runs",
+         "--train-steps", "4", *TINY],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert render.returncode == 0, render.stderr
+    assert not [ln for ln in script.read_text().splitlines() if ln.startswith("#SBATCH") and "gpu" in ln]
+    sub = subprocess.run(["sbatch", "--parsable", str(script)], env=slurm_cluster.env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=30)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    state = slurm_cluster.wait_job(job, timeout=240)
+    run = tmp_path / "runs" / f"resnet18-job{job}"
+    out = (tmp_path / f"hpcprof-{job}.out")
+    assert state == "COMPLETED", (out.read_text() if out.exists() else "no batch output") + "".join(
+        p.read_text()[-2000:] for p in sorted((run / "logs").glob("*.out")))
+    assert f"run directory runs/resnet18-job{job}" in out.read_text()
+    assert_ranks_on_nodes(run)
+    m = manifest(run)
+    assert m["executor"] == "sbatch" and m["job_id"] == job
+    assert sorted(p.name for p in (run / "logs").iterdir()) == [f"rank-{r}.out" for r in range(4)]
+    assert all(step_numbers(run, r) == [0, 1, 2, 3] for r in range(4))
+
+
+def _squeue(cluster, job: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], env=cluster.env,
+                          capture_output=True, text=True, timeout=10).stdout.strip()
+
+
+def test_preemption_signal_checkpoints_requeues_and_resumes_without_gaps(slurm_cluster, tmp_path):
+    runs, steps = tmp_path / "runs", 12
+    run = runs / "preempted"
+    proc = subprocess.Popen(submit_cmd(slurm_cluster, runs, "preempted", "--train-steps", str(steps),
+                                       "--wait"),
+                            env=slurm_cluster.env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                (run / "manifest.json").exists() and all(len(step_numbers(run, r)) >= 2 for r in range(4))):
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.2)
+        assert all(len(step_numbers(run, r)) >= 2 for r in range(4)), "ranks never reached step 2"
+        job = manifest(run)["job_id"]
+        # What a cluster does before preempting a job: a signal to every task of the job.
+        subprocess.run(["scancel", "--signal=USR2", job], env=slurm_cluster.env, check=True, timeout=30)
+        # SLURM holds a requeued batch job for about 2 minutes (BeginTime); release it as an
+        # operator would with `scontrol update`, so the test does not sit through the hold.
+        released = False
+        while proc.poll() is None and time.monotonic() < deadline + 120:
+            if not released and _squeue(slurm_cluster, job) == "PENDING BeginTime":
+                subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"],
+                               env=slurm_cluster.env, check=True, timeout=30)
+                released = True
+            time.sleep(0.3)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert (run / "checkpoint" / "latest.pt").exists()
+    attempts = manifest(run)["attempts"]
+    assert len(attempts) == 2, attempts
+    resumed = attempts[1]["resumed_from_step"]
+    assert 2 <= resumed < steps, attempts
+    for r in range(4):
+        assert step_numbers(run, r) == list(range(steps)), f"rank {r}"
+    restarts = subprocess.run(["scontrol", "-o", "show", "job", job], env=slurm_cluster.env,
+                              capture_output=True, text=True).stdout
+    assert "Restarts=1" in restarts
+    assert_ranks_on_nodes(run)
+
+
+def test_crash_on_node_n2_fails_submit_fast_naming_rank_node_and_log(slurm_cluster, tmp_path):
+    runs = tmp_path / "runs"
+    t0 = time.monotonic()
+    # Time limit 10 min: the failure must surface long before it.
+    res = subprocess.run(submit_cmd(slurm_cluster, runs, "crashed", "--train-steps", "6",
+                                    "--inject-crash", "3:2", "--train-pg-timeout-s", "60", "--wait"),
+                         env=slurm_cluster.env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    elapsed = time.monotonic() - t0
+    assert res.returncode != 0, res.stdout
+    assert elapsed < 180, f"submit --wait took {elapsed:.0f} s to report the crash"
+    line = next((ln for ln in res.stdout.splitlines() if "rank 3 on node n2" in ln), None)
+    assert line is not None and "step 2" in line, res.stdout
+    log = next((ln.split(" in ", 1)[1].strip() for ln in res.stdout.splitlines()
+                if "traceback in" in ln), None)
+    assert log and Path(log).is_file() and "DrillCrash" in Path(log).read_text(), res.stdout
+    run = runs / "crashed"
+    assert step_numbers(run, 3) == [0, 1]
+    for r in (0, 1, 2):
+        assert step_numbers(run, r)[:2] == [0, 1], f"rank {r} lost its step file"
+    assert manifest(run)["job_id"]
+    assert slurm_cluster.wait_job(manifest(run)["job_id"], timeout=60) in ("FAILED", "CANCELLED")
