@@ -274,7 +274,7 @@ def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_si
 
     # stragglers
     hosts = {r: nodes.get(r) for r in metas}
-    per_coll, per_step, strag, offsets = analyze_collectives(colls, hosts, step_ms, busy)
+    per_coll, per_step, strag, offsets = analyze_collectives(colls, hosts, step_ms, busy, steps_trace)
     for s in strag:
         s["node"] = nodes.get(s["rank"])
     if len(metas) < 2:

@@ -13,14 +13,18 @@ Definitions (also in docs/analysis.md):
   Per rank and step, the wait intervals are merged (several collectives in flight at once, e.g.
   gloo's two worker threads, are not counted twice).
 - cost of rank s per step: for each step, the MEDIAN over the other ranks of their blocked waiting
-  at the collectives where s arrived last; averaged over the profiled steps.
+  at the collectives where s arrived last; then the median over the profiled steps (the mean is
+  reported too, as cost_ms_per_step_mean).
 - straggler: a rank whose cost per step is above threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD x
   median step time) AND that inflicts more than the threshold in at least MIN_STEP_SHARE of the
-  profiled steps (a persistent cause, not scheduling noise that moves from rank to rank). Flagged
-  ranks are ordered by cost. A healthy run flags nobody.
-- cause: in the windows before s arrived late (from its previous collective's end to its arrival),
-  the category (data loading, host gap, CPU work, GPU compute, memory copies) where s spent the most
-  time beyond the median of the other ranks in the same windows.
+  profiled steps (a persistent cause, not scheduling noise that moves from rank to rank), and whose
+  cost is at least DOMINANCE x the median cost of the other ranks. Flagged ranks are ordered by
+  cost, those with a cause before those without one ("unknown": no excess of its own, most likely
+  lateness inherited from another straggler). A healthy run flags nobody.
+- cause: per profiled step, the time s spent in each category (data loading, un-annotated host gap,
+  CPU work, GPU compute, memory copies) minus the median of the other ranks in the same step; the
+  category with the largest median excess over steps. Without step markers: the same comparison
+  in the windows before s arrived late (from its previous collective's end to its arrival).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ import pandas as pd
 
 NOISE_FLOOR_MS = 1.0
 REL_THRESHOLD = 0.05
-MIN_STEP_SHARE = 0.75
+MIN_STEP_SHARE = 0.6
+DOMINANCE = 1.5
 CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
 CAUSE_TEXT = {
     "data_loading": "waiting for data (time in hpcprof.data / DataLoader before the collective)",
@@ -88,7 +93,9 @@ def _blocked(starts, ends, busy) -> float:
     return max(0.0, (iv.total - float(covered)) / 1e3)
 
 
-def analyze_collectives(colls: pd.DataFrame, hosts: dict[int, str | None], step_ms: float | None, busy: dict | None = None):
+def analyze_collectives(
+    colls: pd.DataFrame, hosts: dict[int, str | None], step_ms: float | None, busy: dict | None = None, steps_trace: pd.DataFrame | None = None
+):
     """Return (per-collective table, per-rank-per-step wait table, stragglers list, offsets)."""
     if colls.empty or colls["rank"].nunique() < 2:
         return pd.DataFrame(), pd.DataFrame(), [], {}
@@ -171,7 +178,8 @@ def analyze_collectives(colls: pd.DataFrame, hosts: dict[int, str | None], step_
         per_coll = per_coll.join(df[df["rank"] != df["last_rank"]].groupby("key")["blocked_wait_ms"].median().rename("blocked_inflicted_ms"), on="key")
 
     n_steps = max(len(steps), 1)
-    cost = per_step.groupby("rank")["wait_inflicted_ms"].sum() / n_steps
+    cost = per_step.groupby("rank")["wait_inflicted_ms"].median()  # robust to one-off spikes
+    cost_mean = per_step.groupby("rank")["wait_inflicted_ms"].mean()
     total_infl = float(per_step["wait_inflicted_ms"].sum()) or 1.0
     threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD * (step_ms or 0.0))
     top_share = (per_step["wait_inflicted_ms"] > threshold).groupby(per_step["rank"]).sum() / n_steps
@@ -179,23 +187,45 @@ def analyze_collectives(colls: pd.DataFrame, hosts: dict[int, str | None], step_
     order = cost.sort_values(ascending=False)
     for r, c in order.items():
         share = float(top_share.get(r, 0.0))
-        if c < threshold or share < MIN_STEP_SHARE:
+        others = float(order.drop(r).median()) if len(order) > 1 else 0.0
+        if c < threshold or share < MIN_STEP_SHARE or c < DOMINANCE * others:
             continue
-        cause, excess = _cause(df, per_coll, int(r))
-        conf = share * (c * n_steps / total_infl)
+        cause, excess = _cause_steps(steps_trace, int(r)) if steps_trace is not None and not steps_trace.empty else (None, None)
+        if cause is None:
+            cause, excess = _cause(df, per_coll, int(r))
+            excess = {k: v / n_steps for k, v in excess.items()}
+        conf = share * (float(cost_mean.get(r, 0.0)) * n_steps / total_infl)
         stragglers.append(
             {
                 "rank": int(r),
                 "cost_ms_per_step": round(float(c), 3),
+                "cost_ms_per_step_mean": round(float(cost_mean.get(r, 0.0)), 3),
                 "cause": cause,
                 "cause_detail": CAUSE_TEXT.get(cause, cause),
-                "cause_excess_ms_per_step": {k: round(v / n_steps, 3) for k, v in excess.items()},
+                "cause_excess_ms_per_step": {k: round(v, 3) for k, v in excess.items()},
                 "confidence": round(float(min(1.0, max(0.0, conf))), 3),
                 "late_in_steps_share": round(share, 3),
                 "threshold_ms": round(threshold, 3),
             }
         )
+    # a flagged rank with no excess of its own in any category (cause "unknown") most likely inherits
+    # its lateness from another straggler (e.g. it shares cores with it): list it after those with a cause
+    stragglers.sort(key=lambda x: (x["cause"] == "unknown", -x["cost_ms_per_step"]))
     return per_coll, per_step, stragglers, offsets
+
+
+def _cause_steps(steps: pd.DataFrame, r: int) -> tuple[str | None, dict[str, float] | None]:
+    cols = [f"{c}_ms" for c in CATEGORIES if f"{c}_ms" in steps]
+    if r not in set(steps["rank"]) or steps["rank"].nunique() < 2 or not cols:
+        return None, None
+    mine = steps[steps["rank"] == r].set_index("step")[cols]
+    oth = steps[steps["rank"] != r].groupby("step")[cols].median()
+    diff = (mine - oth).dropna()
+    if diff.empty:
+        return None, None
+    excess = {c[:-3]: float(diff[c].median()) for c in cols}
+    cause = max(excess, key=excess.get)
+    return (cause if excess[cause] > 0 else "unknown"), excess
 
 
 def _cause(df: pd.DataFrame, per_coll: pd.DataFrame, r: int) -> tuple[str, dict[str, float]]:
