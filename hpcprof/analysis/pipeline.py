@@ -272,6 +272,15 @@ def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_si
     else:
         kb = pd.DataFrame(columns=["kernel_type", "sum", "percentage"])
 
+    # top kernels across ranks (from the per-rank full kernel tables)
+    if not kall.empty:
+        kx = kall.groupby(["kernel_type", "name"]).agg(count=("count", "sum"), sum=("sum", "sum"), max=("max", "max"), min=("min", "min"), ranks=("rank", "nunique")).reset_index()
+        kx["mean"] = kx["sum"] / kx["count"]
+        kx["pct_of_type"] = 100 * kx["sum"] / kx.groupby("kernel_type")["sum"].transform("sum")
+        kx = kx.sort_values("sum", ascending=False, ignore_index=True)
+    else:
+        kx = pd.DataFrame()
+
     # stragglers
     hosts = {r: nodes.get(r) for r in metas}
     per_coll, per_step, strag, offsets = analyze_collectives(colls, hosts, step_ms, busy, steps_trace)
@@ -293,6 +302,7 @@ def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_si
         "kernel_breakdown": kb,
         "kernels_top": ktop,
         "kernels_all": kall,
+        "kernels_across_ranks": kx,
         "idle_breakdown": idle,
         "collectives": per_coll,
         "waits_per_step": per_step,

@@ -16,7 +16,7 @@ COMM_SHARE_PCT = 20.0
 LOW_OVERLAP_PCT = 30.0
 GPU_IDLE_PCT = 30.0
 LOW_MEMORY_PCT = 50.0
-TC_RE = re.compile(r"(884|1688|16816|hmma|wgmma|tensorop|xmma|_mma|gmma|cutlass.*tensor|s161616|bf16.*gemm|h16816|i8816)", re.I)
+TC_RE = re.compile(r"(?:884|1688|16816|hmma|wgmma|tensorop|xmma|_mma|gmma|cutlass.*tensor|s161616|bf16.*gemm|h16816|i8816)", re.I)
 
 
 def _fmt(v: float, d: int = 1) -> str:

@@ -74,6 +74,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
             parts.append(f"<h2>{esc(title)}</h2>" + _img(plots[key], title))
     parts.append("<h2>Step statistics (steps/*.jsonl)</h2>" + _table(tables.get("steps_stats")))
     parts.append("<h2>Kernel breakdown</h2>" + _table(tables.get("kernel_breakdown"), left=("kernel_type",)))
+    parts.append("<h2>Top kernels across ranks</h2>" + _table(tables.get("kernels_across_ranks"), max_rows=25, left=("name", "kernel_type")))
     parts.append("<h2>Top kernels per rank (HTA)</h2>" + _table(tables.get("kernels_top"), left=("name", "kernel_type")))
     parts.append("<h2>Idle-time breakdown per stream (HTA)</h2>" + _table(tables.get("idle_breakdown"), left=("idle_category",)))
     parts.append("<h2>Collectives (cross-rank)</h2>" + _table(tables.get("collectives"), max_rows=40, left=("key", "group", "kind")))

@@ -36,6 +36,8 @@ NOISE_FLOOR_MS = 1.0
 REL_THRESHOLD = 0.05
 MIN_STEP_SHARE = 0.6
 DOMINANCE = 1.5
+MIN_CAUSE_MS = 0.5
+MIN_CAUSE_SHARE = 0.2
 CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
 CAUSE_TEXT = {
     "data_loading": "waiting for data (time in hpcprof.data / DataLoader before the collective)",
@@ -43,6 +45,7 @@ CAUSE_TEXT = {
     "cpu_work": "CPU work (host-side operators took longer than on the other ranks)",
     "gpu_compute": "GPU compute (kernels before the collective ran longer than on the other ranks)",
     "memcpy": "memory copies (memcpy/memset before the collective)",
+    "unknown": "unknown: no category (data, host gap, CPU work, GPU compute, memcpy) shows enough excess time on this rank; its lateness may be inherited from another rank or come from outside the trace",
 }
 
 
@@ -194,7 +197,10 @@ def analyze_collectives(
         if cause is None:
             cause, excess = _cause(df, per_coll, int(r))
             excess = {k: v / n_steps for k, v in excess.items()}
-        conf = share * (float(cost_mean.get(r, 0.0)) * n_steps / total_infl)
+        # consistency needs several steps: one profiled step caps the confidence at 0.5
+        conf = share * (float(cost_mean.get(r, 0.0)) * n_steps / total_infl) * n_steps / (n_steps + 1)
+        if cause != "unknown" and excess.get(cause, 0.0) < max(MIN_CAUSE_MS, MIN_CAUSE_SHARE * float(c)):
+            cause = "unknown"  # no category explains a meaningful part of the cost
         stragglers.append(
             {
                 "rank": int(r),
