@@ -89,7 +89,52 @@ def _squeue(cluster, job: str) -> str:
                           capture_output=True, text=True, timeout=10).stdout.strip()
 
 
-def test_preemption_signal_checkpoints_requeues_and_resumes_without_gaps(slurm_cluster, tmp_path):
+def preempt_when_running(cluster, run: Path, job_id=None, alive=lambda: True, timeout=120) -> str:
+    """Once every rank has done 2 steps, deliver SIGUSR2 to the job's tasks through SLURM (what a
+    cluster does before preempting a job), then release the requeued job from SLURM's hold.
+    Returns the job id; returns when the job has left the hold (or ``alive()`` turned false)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (
+            (run / "manifest.json").exists() and all(len(step_numbers(run, r)) >= 2 for r in range(4))):
+        assert alive(), "the launcher exited before the ranks reached step 2"
+        time.sleep(0.2)
+    assert all(len(step_numbers(run, r)) >= 2 for r in range(4)), "ranks never reached step 2"
+    job = job_id or manifest(run)["job_id"]
+    subprocess.run(["scancel", "--signal=USR2", job], env=cluster.env, check=True, timeout=30)
+    # SLURM holds a requeued batch job for about 2 minutes (BeginTime); release it as an operator
+    # would with `scontrol update`, so the test does not sit through the hold.
+    while alive() and time.monotonic() < deadline + 60:
+        state = _squeue(cluster, job)
+        if state == "PENDING BeginTime":
+            subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=cluster.env,
+                           check=True, timeout=30)
+            return job
+        if state == "" or (state.startswith("RUNNING") and "Restarts=1" in _show_job(cluster, job)):
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job} was never requeued after SIGUSR2 (squeue: {_squeue(cluster, job)!r})")
+
+
+def _show_job(cluster, job: str) -> str:
+    return subprocess.run(["scontrol", "-o", "show", "job", job], env=cluster.env,
+                          capture_output=True, text=True, timeout=10).stdout
+
+
+def assert_resumed_without_gaps(cluster, run: Path, job: str, steps: int) -> None:
+    assert (run / "checkpoint" / "latest.pt").exists()
+    attempts = manifest(run)["attempts"]
+    assert len(attempts) == 2, attempts
+    assert 2 <= attempts[1]["resumed_from_step"] < steps, attempts
+    for r in range(4):
+        assert step_numbers(run, r) == list(range(steps)), f"rank {r}"
+    assert "Restarts=1" in _show_job(cluster, job)
+    states = subprocess.run(["sacct", "-n", "-X", "-D", "-P", "-o", "State", "-j", job], env=cluster.env,
+                            capture_output=True, text=True).stdout.split()
+    assert states == ["REQUEUED", "COMPLETED"], states
+    assert_ranks_on_nodes(run)
+
+
+def test_preemption_of_submitted_job_checkpoints_requeues_and_resumes_without_gaps(slurm_cluster, tmp_path):
     runs, steps = tmp_path / "runs", 12
     run = runs / "preempted"
     proc = subprocess.Popen(submit_cmd(slurm_cluster, runs, "preempted", "--train-steps", str(steps),
@@ -97,41 +142,37 @@ def test_preemption_signal_checkpoints_requeues_and_resumes_without_gaps(slurm_c
                             env=slurm_cluster.env, cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (
-                (run / "manifest.json").exists() and all(len(step_numbers(run, r)) >= 2 for r in range(4))):
-            assert proc.poll() is None, proc.stdout.read()
-            time.sleep(0.2)
-        assert all(len(step_numbers(run, r)) >= 2 for r in range(4)), "ranks never reached step 2"
-        job = manifest(run)["job_id"]
-        # What a cluster does before preempting a job: a signal to every task of the job.
-        subprocess.run(["scancel", "--signal=USR2", job], env=slurm_cluster.env, check=True, timeout=30)
-        # SLURM holds a requeued batch job for about 2 minutes (BeginTime); release it as an
-        # operator would with `scontrol update`, so the test does not sit through the hold.
-        released = False
-        while proc.poll() is None and time.monotonic() < deadline + 120:
-            if not released and _squeue(slurm_cluster, job) == "PENDING BeginTime":
-                subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"],
-                               env=slurm_cluster.env, check=True, timeout=30)
-                released = True
-            time.sleep(0.3)
+        job = preempt_when_running(slurm_cluster, run, alive=lambda: proc.poll() is None)
         out, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, out
-    assert (run / "checkpoint" / "latest.pt").exists()
-    attempts = manifest(run)["attempts"]
-    assert len(attempts) == 2, attempts
-    resumed = attempts[1]["resumed_from_step"]
-    assert 2 <= resumed < steps, attempts
-    for r in range(4):
-        assert step_numbers(run, r) == list(range(steps)), f"rank {r}"
-    restarts = subprocess.run(["scontrol", "-o", "show", "job", job], env=slurm_cluster.env,
-                              capture_output=True, text=True).stdout
-    assert "Restarts=1" in restarts
-    assert_ranks_on_nodes(run)
+    assert "succeeded on 4 rank(s)" in out
+    slurm_cluster.wait_job(job, timeout=60)
+    assert_resumed_without_gaps(slurm_cluster, run, job, steps)
+
+
+def test_preemption_of_sbatch_template_job_requeues_and_resumes_without_gaps(slurm_cluster, tmp_path):
+    steps = 12
+    script = tmp_path / "job.slurm"
+    render = subprocess.run(
+        [sys.executable, "-m", "hpcprof.sbatch", "--template", "generic", "--output", str(script),
+         "--partition", slurm_cluster.partition, "--nodes", "2", "--tasks-per-node", "2",
+         "--venv", str(Path(sys.executable).parent.parent), "--name", "preempted",
+         "--train-steps", str(steps), *TINY],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert render.returncode == 0, render.stderr
+    sub = subprocess.run(["sbatch", "--parsable", str(script)], env=slurm_cluster.env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=30, check=True)
+    job = sub.stdout.strip().split(";")[0]
+    run = tmp_path / "runs" / "preempted"
+    preempt_when_running(slurm_cluster, run, job_id=job)
+    assert slurm_cluster.wait_job(job, timeout=180) == "COMPLETED", (tmp_path / f"hpcprof-{job}.out").read_text()
+    assert_resumed_without_gaps(slurm_cluster, run, job, steps)
+    batch_out = (tmp_path / f"hpcprof-{job}.out").read_text()
+    assert "(restart 0)" in batch_out and "(restart 1)" in batch_out
 
 
 def test_crash_on_node_n2_fails_submit_fast_naming_rank_node_and_log(slurm_cluster, tmp_path):
