@@ -26,7 +26,18 @@ Python::
     with LocalSlurm("/tmp/state", nodes=2) as cluster:
         subprocess.run(["sbatch", ...], env=cluster.env)
 
-What is known to work on this machine kind, and the traps, is in ``docs/cluster.md``.
+Facts this relies on (Debian 12, Slurm 22.05, see also ../shared/docs/local-slurm.md):
+
+- ``SlurmdParameters=config_overrides`` lets each node advertise more CPUs than the host has;
+  ``SchedulerParameters=batch_sched_delay=0`` starts batch jobs in under a second.
+- ``sbatch --wait`` polls in growing steps and returns seconds late: :meth:`LocalSlurm.wait_job`
+  polls ``sacct`` instead (accounting lags the controller by about a second).
+- A requeued batch job is held about 2 minutes (``squeue`` reason ``BeginTime``);
+  ``scontrol update jobid=<id> StartTime=now`` releases it.
+- ``sacct -X -j <one job> -o NodeList`` shows only the first node of a 2-node job in 22.05;
+  ``NNodes`` and the steps' ``NodeList`` are right.
+- ``KillWait=2`` here (30 s on real clusters): requeues and cancellations finish quickly.
+
 Needs root with CAP_SYS_ADMIN (namespaces, bind mounts) and the Debian packages of
 ``scripts/install-debian-deps.sh``; :func:`unavailable_reason` says precisely what is missing.
 """
