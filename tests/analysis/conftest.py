@@ -53,7 +53,12 @@ def write_trace(path: Path, doc: dict) -> Path:
     return path
 
 
+_LOADS: dict[str, float] = {}
+
+
 def _submit(runs_dir: Path, name: str, extra: list[str]) -> Path:
+    # 1-minute load average just before the run: other work on this machine distorts step times
+    _LOADS[name] = os.getloadavg()[0]
     cmd = [sys.executable, "-m", "hpcprof.submit", *DRILL_ARGS, "--name", name, "--runs-dir", str(runs_dir), *extra]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     run = runs_dir / name
@@ -70,6 +75,12 @@ def drill_runs(tmp_path_factory) -> dict[str, Path]:
         "healthy": _submit(runs, "healthy", []),
         "drill": _submit(runs, "drill", ["--inject-straggler", "2:50"]),
     }
+
+
+@pytest.fixture(scope="session")
+def drill_loads(drill_runs) -> dict[str, float]:
+    """The load average seen just before each drill run was started."""
+    return dict(_LOADS)
 
 
 @pytest.fixture(scope="session")

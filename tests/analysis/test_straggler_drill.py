@@ -16,6 +16,9 @@ from hpcprof.analysis import analyze
 
 HOST_SIDE = {"host_gap", "data_loading", "cpu_work"}
 WARMUP_STEPS = 3
+# The truth is a difference of two runs' step times; other work on the machine (load average
+# above this just before a run) changes step times by far more than the 25% tolerance.
+MAX_LOAD_FOR_TRUTH = 1.0
 
 
 def median_step_ms(run) -> float:
@@ -51,7 +54,10 @@ def test_drill_names_rank2_first_with_host_side_cause(analysed):
     assert any(r["title"].startswith("Straggler: rank 2") for r in s["recommendations"])
 
 
-def test_drill_cost_within_25pct_of_measured_slowdown(analysed, drill_runs):
+def test_drill_cost_within_25pct_of_measured_slowdown(analysed, drill_runs, drill_loads):
+    busy = {k: round(v, 2) for k, v in drill_loads.items() if v > MAX_LOAD_FOR_TRUTH}
+    if busy:
+        pytest.skip(f"machine busy before the runs (load average {busy}): the measured slowdown is not a usable truth")
     truth = median_step_ms(drill_runs["drill"]) - median_step_ms(drill_runs["healthy"])
     cost = analysed["drill"]["stragglers"][0]["cost_ms_per_step"] if analysed["drill"]["stragglers"] else 0.0
     print(f"drill: measured slowdown {truth:.1f} ms/step, estimated cost {cost:.1f} ms/step")
