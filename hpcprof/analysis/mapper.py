@@ -42,9 +42,10 @@ def analyze_rank(trace_path: str | os.PathLike, cache_dir: str | os.PathLike, us
     except TraceError as exc:
         return {"ok": False, "path": str(trace_path), "error": str(exc)}
     t0 = time.perf_counter()
+    box = [doc]
+    del doc  # _analyze_doc drops the raw events before HTA parses the file: one rank in memory at a time
     with cache.EntryWriter(cache_dir, digest) as tmp:
-        _analyze_doc(trace_path, doc, digest, tmp)
-    del doc
+        _analyze_doc(trace_path, box, digest, tmp)
     res = _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
     res["parse_s"] = time.perf_counter() - t0
     return res
@@ -57,9 +58,12 @@ def _result(d: Path, trace_path: Path, cached: bool) -> dict[str, Any]:
     return {"ok": True, "path": str(trace_path), "dir": str(d), "meta": meta, "tables": tables, "cached": cached}
 
 
-def _analyze_doc(trace_path: Path, doc: dict, digest: str, out: Path) -> None:
+def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
+    doc = box.pop()
     tm = trace_meta(trace_path, doc)
     tl = build_timeline(doc)
+    n_events = len(doc["traceEvents"])
+    del doc
     warnings = list(tm.warnings)
     name = trace_path.name
 
@@ -113,7 +117,7 @@ def _analyze_doc(trace_path: Path, doc: dict, digest: str, out: Path) -> None:
         "device_name": next((dp.get("name") for dp in tm.device_properties if isinstance(dp, dict)), None),
         "gpu_memory_total_bytes": total_mem,
         "gpu_memory_peak_bytes": tl.memory_peak_bytes,
-        "n_events": len(doc["traceEvents"]),
+        "n_events": n_events,
         "warnings": warnings,
         **gpu,
     }

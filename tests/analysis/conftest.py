@@ -112,3 +112,15 @@ class _Helpers:
 @pytest.fixture(scope="session")
 def helpers():
     return _Helpers
+
+
+def pytest_collection_modifyitems(config, items):
+    # HTA 0.5 calls pandas APIs that pandas 3 deprecates, and divides by zero for ranks without
+    # communication kernels; neither is ours to fix, so keep this folder's output readable.
+    here = str(Path(__file__).parent)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.filterwarnings("ignore:The inplace keyword"))
+            item.add_marker(pytest.mark.filterwarnings("ignore:The .lsuffix. and .rsuffix. keywords"))
+            item.add_marker(pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"))
+            item.add_marker(pytest.mark.filterwarnings("ignore::FutureWarning"))
