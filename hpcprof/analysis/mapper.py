@@ -138,7 +138,7 @@ def _coalesce(s: np.ndarray, e: np.ndarray, gap: float) -> tuple[np.ndarray, np.
 
 
 def _steps_table(tl: RankTimeline) -> pd.DataFrame:
-    cols = ["step", "ts_us", "end_us", "dur_ms"] + [f"{c}_ms" for c in tl.CATEGORIES] + ["comm_ms"]
+    cols = ["step", "ts_us", "end_us", "dur_ms"] + [f"{c}_ms" for c in tl.CATEGORIES] + ["comm_ms", "comm_exposed_ms"]
     if not tl.steps:
         return pd.DataFrame({c: pd.Series(dtype="float") for c in cols})
     st = np.array([s[0] for s in tl.steps])
@@ -147,14 +147,22 @@ def _steps_table(tl: RankTimeline) -> pd.DataFrame:
     df = pd.DataFrame({"step": st, "ts_us": a, "end_us": b, "dur_ms": (b - a) / 1e3})
     for k, v in tl.window(a, b).items():
         df[f"{k}_ms"] = v / 1e3
-    # time with a collective in flight (GPU: NCCL kernels; CPU: gloo ops)
-    if tl.has_gpu:
-        df["comm_ms"] = tl.gpu_comm.covered(a, b) / 1e3
-    else:
-        from .timeline import Intervals
+    # time with a collective in flight (GPU: NCCL kernels; CPU: gloo ops), and the part of it not
+    # hidden behind useful work (exposed communication, including waiting for other ranks)
+    from .timeline import Intervals
 
+    if tl.has_gpu:
+        c = tl.gpu_comm
+    else:
         c = Intervals([x["arrival_us"] for x in tl.collectives], [x["end_us"] for x in tl.collectives])
-        df["comm_ms"] = c.covered(a, b) / 1e3
+    df["comm_ms"] = c.covered(a, b) / 1e3
+    busy = tl.busy()
+    exposed = []
+    for lo, hi in zip(a, b):
+        s_, e_ = np.clip(c.s, lo, hi), np.clip(c.e, lo, hi)
+        keep = e_ > s_
+        exposed.append(float((e_[keep] - s_[keep]).sum() - busy.covered(s_[keep], e_[keep]).sum()) / 1e3)
+    df["comm_exposed_ms"] = exposed
     return df
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import multiprocessing as mp
 import os
 import sys
@@ -26,6 +27,7 @@ from .stragglers import analyze_collectives
 from .timeline import Intervals
 
 DEFAULT_MAX_WORKERS = 8
+RANK_NAME = re.compile(r"^rank-(\d+)\.")
 
 
 class AnalysisError(Exception):
@@ -140,6 +142,12 @@ def analyze(
     files = discover_traces(src)
     if not files:
         raise AnalysisError(f"{src}: no trace files (*.json, *.json.gz){' in traces/' if is_run else ''}")
+    if ranks is not None:
+        # run directories name traces rank-<r>.*: skip the others before parsing anything
+        wanted = {int(x) for x in ranks}
+        named = [RANK_NAME.match(p.name) for p in files]
+        if all(named):
+            files = [p for p, m in zip(files, named) if int(m.group(1)) in wanted] or files
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
     if executor == "slurm":  # the map as a SLURM job array (hpcprof.analysis.array); slurm: SlurmOptions
         from .array import map_on_slurm

@@ -70,15 +70,19 @@ def recommendations(
                     "score": pct,
                 }
             )
-    elif not steps_trace.empty and "comm_ms" in steps_trace:
+    elif not steps_trace.empty and "comm_exposed_ms" in steps_trace:
         g = steps_trace.groupby("rank")
-        pct = float((g["comm_ms"].sum() / g["dur_ms"].sum() * 100).median())
+        pct = float((g["comm_exposed_ms"].sum() / g["dur_ms"].sum() * 100).median())
+        flight = float((g["comm_ms"].sum() / g["dur_ms"].sum() * 100).median())
+        step_med = float(g["dur_ms"].median().median())
+        strag_pct = 100 * sum(x["cost_ms_per_step"] for x in stragglers) / step_med if step_med else 0.0
+        pct_raw, pct = pct, pct - strag_pct  # waiting for a flagged straggler is reported there
         if pct > COMM_SHARE_PCT:
             recs.append(
                 {
-                    "title": "Communication takes a large share of the step (gloo collectives in flight); use larger batches or gradient accumulation, or NCCL on GPUs",
-                    "evidence": f"median {_fmt(pct)}% of the step has a collective in flight (trace, gloo ops)",
-                    "score": pct / 2,
+                    "title": "Exposed communication: the main thread sits in gloo collectives (or waits for other ranks) for a large share of the step; use larger batches or gradient accumulation, or NCCL on GPUs",
+                    "evidence": f"median {_fmt(pct_raw)}% of the step has a collective in flight while no operator runs on the main thread ({_fmt(pct)}% after removing the waits for flagged stragglers; {_fmt(flight)}% with a collective in flight at all; trace, gloo ops)",
+                    "score": pct,
                 }
             )
 
