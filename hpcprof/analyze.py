@@ -7,6 +7,7 @@ summary.json, tables/, plots/ and report.html into RUN_DIR/analysis (or --out).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -40,6 +41,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hpcprof.analyze: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # never a traceback for input we did not foresee; HPCPROF_DEBUG=1 shows it
+        if os.environ.get("HPCPROF_DEBUG"):
+            raise
+        print(f"hpcprof.analyze: error: analysis failed ({type(exc).__name__}: {exc}); rerun with HPCPROF_DEBUG=1 for details", file=sys.stderr)
+        return 1
     print(console_summary(summary))
     return 0
 

@@ -130,6 +130,9 @@ def analyze(
             manifest = RunDir(src).read_manifest()
         except Exception as exc:
             warnings.append(f"manifest.json unreadable ({exc}); node names come from the traces")
+    if out is None and not (src.stat().st_mode & 0o222):
+        # a read-only folder of traces (shared data sets): never write into it, even as root
+        raise AnalysisError(f"{src} is read-only; pass --out DIR for the analysis outputs")
     out_dir = Path(out) if out is not None else src / "analysis"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -110,3 +110,11 @@ def test_missing_path_is_a_clean_error(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "no such run directory" in proc.stderr
+
+
+def test_read_only_trace_folder_needs_out(tmp_path, traces, helpers):
+    src = helpers.require(traces["sampled"])
+    proc = subprocess.run([sys.executable, "-m", "hpcprof.analyze", str(src), "--quiet"], capture_output=True, text=True)
+    if (src.stat().st_mode & 0o222) == 0:
+        assert proc.returncode == 2 and "read-only; pass --out DIR" in proc.stderr
+        assert not (src / "analysis").exists()

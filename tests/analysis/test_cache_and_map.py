@@ -100,3 +100,18 @@ def test_cli_on_plain_folder_prints_console_summary(dlrm_copy, tmp_path):
     assert "parsing traces" in proc.stderr  # progress bar
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith(tuple(str(i) for i in range(8)))]
     assert len(lines) >= 8
+
+
+def test_nccl_dev_kernel_names_count_as_communication(dlrm_copy, tmp_path, helpers):
+    """Recent NCCL names its kernels ncclDevKernel_*: same breakdown and collectives as ncclKernel_*."""
+    before = analyze(dlrm_copy, out=tmp_path / "a", workers=2, progress=False)
+    for f in _files(dlrm_copy):
+        doc = helpers.load_trace(f)
+        for e in doc["traceEvents"]:
+            if isinstance(e.get("name"), str) and e["name"].startswith("ncclKernel_"):
+                e["name"] = "ncclDevKernel_" + e["name"][len("ncclKernel_"):]
+        helpers.write_trace(f, doc)
+    after = analyze(dlrm_copy, out=tmp_path / "b", workers=2, progress=False)
+    assert after["kernel_breakdown"] == before["kernel_breakdown"]
+    assert after["collectives_matched"] == before["collectives_matched"] > 0
+    assert [r["comm_comp_overlap_pct"] for r in after["per_rank"]] == [r["comm_comp_overlap_pct"] for r in before["per_rank"]]
