@@ -113,8 +113,13 @@ def test_missing_path_is_a_clean_error(tmp_path):
 
 
 def test_read_only_trace_folder_needs_out(tmp_path, traces, helpers):
-    src = helpers.require(traces["sampled"])
-    proc = subprocess.run([sys.executable, "-m", "hpcprof.analyze", str(src), "--quiet"], capture_output=True, text=True)
-    if (src.stat().st_mode & 0o222) == 0:
+    src = tmp_path / "ro"
+    shutil.copytree(helpers.require(traces["sampled"]), src)
+    src.chmod(0o555)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "hpcprof.analyze", str(src), "--quiet"], capture_output=True, text=True)
         assert proc.returncode == 2 and "read-only; pass --out DIR" in proc.stderr
+        assert "Traceback" not in proc.stderr
         assert not (src / "analysis").exists()
+    finally:
+        src.chmod(0o755)
