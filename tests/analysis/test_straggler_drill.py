@@ -55,11 +55,12 @@ def test_drill_names_rank2_first_with_host_side_cause(analysed):
 
 
 def test_drill_cost_within_25pct_of_measured_slowdown(analysed, drill_runs, drill_loads):
-    busy = {k: round(v, 2) for k, v in drill_loads.items() if v > MAX_LOAD_FOR_TRUTH}
-    if busy:
-        pytest.skip(f"machine busy before the runs (load average {busy}): the measured slowdown is not a usable truth")
     truth = median_step_ms(drill_runs["drill"]) - median_step_ms(drill_runs["healthy"])
     cost = analysed["drill"]["stragglers"][0]["cost_ms_per_step"] if analysed["drill"]["stragglers"] else 0.0
-    print(f"drill: measured slowdown {truth:.1f} ms/step, estimated cost {cost:.1f} ms/step")
+    report = f"measured slowdown {truth:.1f} ms/step, estimated cost {cost:.1f} ms/step"
+    print(f"drill: {report}")
+    busy = {k: round(v, 2) for k, v in drill_loads.items() if v > MAX_LOAD_FOR_TRUTH}
+    if busy:
+        pytest.skip(f"machine busy before the runs (load average {busy}): the measured slowdown is not a usable truth ({report})")
     assert truth > 0, f"the drill did not slow the run down (truth {truth:.1f} ms); machine too noisy?"
     assert abs(cost - truth) <= 0.25 * truth, f"cost {cost:.1f} ms vs measured {truth:.1f} ms"
