@@ -8,7 +8,8 @@ time, then, in the same run and each in a fresh subprocess, times:
 - ``python -m hpcprof.analyze DIR`` again (served from the parse cache),
 
 measuring wall time and the peak RSS of the whole process tree (parent + every child, summed at
-each sample, sampled every ~50 ms), checks that the per-rank numbers (temporal breakdown, overlap,
+each sample, sampled every ~50 ms; also the summed PSS, which counts pages shared between a parent
+and its forked workers once instead of once per process), checks that the per-rank numbers (temporal breakdown, overlap,
 kernel-type totals) agree, and prints a table with the ratios against HTA and the targets of
 issue 5. Nothing is asserted: the numbers are printed.
 
@@ -151,23 +152,36 @@ json.dump({"per_rank": per_rank, "kernel_types": dict(zip(kt["kernel_type"], map
 """
 
 
-def _tree_rss(proc) -> int:
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _tree_rss(proc) -> tuple[int, int]:
+    """(summed RSS, summed PSS) of proc and all its descendants, in bytes."""
     import psutil
 
-    total = 0
+    rss = pss = 0
     try:
         procs = [proc] + proc.children(recursive=True)
     except psutil.Error:
-        return 0
+        return 0, 0
     for p in procs:
         try:
-            total += p.memory_info().rss
+            rss += p.memory_info().rss
+            pss += _pss(p.pid)
         except psutil.Error:
             pass
-    return total
+    return rss, pss
 
 
-def _tree_rss_proc(pid: int) -> int:
+def _tree_rss_proc(pid: int) -> tuple[int, int]:
     """The same without psutil: walk /proc for descendants of pid and sum VmRSS."""
     parents = {}
     for e in os.listdir("/proc"):
@@ -183,14 +197,15 @@ def _tree_rss_proc(pid: int) -> int:
         kids = [c for c, pp in parents.items() if pp == p and c not in tree]
         tree.update(kids)
         frontier.extend(kids)
-    total = 0
+    rss = pss = 0
     for p in tree:
         try:
             with open(f"/proc/{p}/statm") as fh:
-                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                rss += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            pss += _pss(p)
         except (OSError, IndexError, ValueError):
             pass
-    return total
+    return rss, pss
 
 
 def measure(cmd: list[str], log: Path, interval: float = 0.05) -> dict:
@@ -203,15 +218,15 @@ def measure(cmd: list[str], log: Path, interval: float = 0.05) -> dict:
     t0 = time.perf_counter()
     with open(log, "w") as fh:
         p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
-        peak = 0
+        peak = peak_pss = 0
         stop = threading.Event()
 
         def sample():
-            nonlocal peak
+            nonlocal peak, peak_pss
             proc = psutil.Process(p.pid) if psutil else None
             while not stop.is_set():
-                rss = _tree_rss(proc) if proc is not None else _tree_rss_proc(p.pid)
-                peak = max(peak, rss)
+                rss, pss = _tree_rss(proc) if proc is not None else _tree_rss_proc(p.pid)
+                peak, peak_pss = max(peak, rss), max(peak_pss, pss)
                 stop.wait(interval)
 
         th = threading.Thread(target=sample, daemon=True)
@@ -222,7 +237,7 @@ def measure(cmd: list[str], log: Path, interval: float = 0.05) -> dict:
         th.join()
     if rc != 0:
         raise SystemExit(f"command failed (exit {rc}): {' '.join(cmd)}\n--- {log}:\n{log.read_text()[-3000:]}")
-    return {"wall_s": wall, "peak_rss_mb": peak / 2**20, "load1": load}
+    return {"wall_s": wall, "peak_rss_mb": peak / 2**20, "peak_pss_mb": peak_pss / 2**20, "load1": load}
 
 
 def compare(hta: dict, summary: dict) -> tuple[bool, float]:
@@ -286,6 +301,7 @@ def main(argv=None) -> int:
         d, mb = sets[n]
         out = scratch / f"out{n}"
         res: dict[str, list[dict]] = {"hta": [], "fresh": [], "cached": []}
+        all_equal = True
         for rep in range(a.repeats):
             hta_json = scratch / f"hta{n}.json"
             res["hta"].append(measure([py, "-c", HTA_SCRIPT, str(d), str(hta_json)], scratch / f"hta{n}.log"))
@@ -301,10 +317,12 @@ def main(argv=None) -> int:
             hta = json.loads(hta_json.read_text())
             eq_f, diff_f = compare(hta, fresh_summary)
             eq_c, diff_c = compare(hta, cached_summary)
+            all_equal = all_equal and eq_f and eq_c
             served = cached_summary.get("cache", {}).get("cached_ranks", [])
             print(f"{n} ranks, run {rep + 1}: HTA {res['hta'][-1]['wall_s']:.1f} s / {res['hta'][-1]['peak_rss_mb']:.0f} MB, "
                   f"fresh {res['fresh'][-1]['wall_s']:.1f} s / {res['fresh'][-1]['peak_rss_mb']:.0f} MB, "
                   f"cached {res['cached'][-1]['wall_s']:.1f} s / {res['cached'][-1]['peak_rss_mb']:.0f} MB "
+                  f"(PSS: HTA {res['hta'][-1]['peak_pss_mb']:.0f}, fresh {res['fresh'][-1]['peak_pss_mb']:.0f} MB) "
                   f"({len(served)}/{n} ranks from cache); numbers equal: fresh {eq_f} (max diff {diff_f:.2g}), cached {eq_c}",
                   flush=True)
 
@@ -316,8 +334,9 @@ def main(argv=None) -> int:
             "hta_s": med("hta", "wall_s"), "hta_mb": med("hta", "peak_rss_mb"),
             "fresh_s": med("fresh", "wall_s"), "fresh_mb": med("fresh", "peak_rss_mb"),
             "cached_s": med("cached", "wall_s"), "cached_mb": med("cached", "peak_rss_mb"),
+            "hta_pss": med("hta", "peak_pss_mb"), "fresh_pss": med("fresh", "peak_pss_mb"),
             "load": max(x["load1"] for k in res for x in res[k]),
-            "equal": eq_f and eq_c, "workers": fresh_summary.get("cache", {}).get("workers"),
+            "equal": all_equal, "workers": fresh_summary.get("cache", {}).get("workers"),
         })
 
     # ------------------------------------------------------------------ table
@@ -329,12 +348,18 @@ def main(argv=None) -> int:
         print(f"| {r['n']} | {r['mb']:.1f} | {r['hta_s']:.1f} | {r['hta_mb']:.0f} | {r['fresh_s']:.1f} | {r['cached_s']:.2f} | "
               f"{r['fresh_mb']:.0f} | {r['cached_mb']:.0f} | {r['fresh_s'] / r['hta_s']:.3f} | {r['cached_s'] / r['hta_s']:.3f} | "
               f"{r['fresh_mb'] / r['hta_mb']:.3f} | {'yes' if r['equal'] else 'NO'} | {r['workers']} | {r['load']:.1f} |")
+    print()
+    print("| ranks | HTA peak PSS MB | fresh peak PSS MB | PSS fresh/HTA |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['n']} | {r['hta_pss']:.0f} | {r['fresh_pss']:.0f} | {r['fresh_pss'] / r['hta_pss']:.3f} |")
     by = {r["n"]: r for r in rows}
     print()
     lo, hi = min(by), max(by)
     flat = by[hi]["fresh_mb"] / by[lo]["fresh_mb"]
     print(f"RSS flatness {lo}->{hi} ranks: hpcprof fresh x{flat:.2f}, cached x{by[hi]['cached_mb'] / by[lo]['cached_mb']:.2f}, "
-          f"HTA x{by[hi]['hta_mb'] / by[lo]['hta_mb']:.2f}")
+          f"HTA x{by[hi]['hta_mb'] / by[lo]['hta_mb']:.2f}; PSS: hpcprof fresh x{by[hi]['fresh_pss'] / by[lo]['fresh_pss']:.2f}, "
+          f"HTA x{by[hi]['hta_pss'] / by[lo]['hta_pss']:.2f}")
     ref = 16 if 16 in by else sorted(by)[len(by) // 2]
     r = by[ref]
 
