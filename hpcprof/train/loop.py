@@ -176,7 +176,7 @@ def _record_failure(run: RunDir, renv: RankEnv, step: int | None, exc: BaseExcep
         "error": text[:2000],
         "peer_failure": bool(peer) and not isinstance(exc, DrillCrash),
         "traceback": traceback.format_exc()[-8000:],
-        "log": os.environ.get("HPCPROF_LOG_HINT"),
+        "log": (os.environ.get("HPCPROF_LOG_HINT") or "").replace("%t", str(renv.rank)) or None,
     }
     try:
         atomic_write_text(run.failure_path(renv.rank), json.dumps(note, indent=2))
