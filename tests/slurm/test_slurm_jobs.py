@@ -197,3 +197,27 @@ def test_crash_on_node_n2_fails_submit_fast_naming_rank_node_and_log(slurm_clust
         assert step_numbers(run, r)[:2] == [0, 1], f"rank {r} lost its step file"
     assert manifest(run)["job_id"]
     assert slurm_cluster.wait_job(manifest(run)["job_id"], timeout=60) in ("FAILED", "CANCELLED")
+
+
+def test_crash_in_sbatch_template_job_fails_it_and_the_failure_note_names_rank_node_and_log(
+        slurm_cluster, tmp_path):
+    script = tmp_path / "job.slurm"
+    render = subprocess.run(
+        [sys.executable, "-m", "hpcprof.sbatch", "--template", "generic", "--output", str(script),
+         "--partition", slurm_cluster.partition, "--nodes", "2", "--tasks-per-node", "2",
+         "--venv", str(Path(sys.executable).parent.parent), "--name", "crashed",
+         "--train-steps", "6", "--inject-crash", "3:2", "--train-pg-timeout-s", "60", *TINY],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert render.returncode == 0, render.stderr
+    t0 = time.monotonic()
+    job = subprocess.run(["sbatch", "--parsable", str(script)], env=slurm_cluster.env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    assert slurm_cluster.wait_job(job, timeout=180) == "FAILED"
+    assert time.monotonic() - t0 < 150  # time limit 10 min: srun --kill-on-bad-exit ends it early
+    run = tmp_path / "runs" / "crashed"
+    note = json.loads((run / "failures" / "rank-3.json").read_text())
+    assert (note["rank"], note["node"], note["step"]) == (3, "n2", 2)
+    assert note["log"] == "runs/crashed/logs/rank-3.out"
+    assert "DrillCrash" in (tmp_path / note["log"]).read_text()
+    assert step_numbers(run, 3) == [0, 1]
+    assert all(step_numbers(run, r)[:2] == [0, 1] for r in (0, 1, 2))
