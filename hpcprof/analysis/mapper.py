@@ -23,14 +23,17 @@ from .timeline import RankTimeline, build_timeline
 TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all")
 
 
-def analyze_rank(trace_path: str | os.PathLike, cache_dir: str | os.PathLike, use_cache: bool = True) -> dict[str, Any]:
+def analyze_rank(
+    trace_path: str | os.PathLike, cache_dir: str | os.PathLike, use_cache: bool = True, digest: str | None = None
+) -> dict[str, Any]:
     """Analyse one trace file; return {"ok", "dir", "meta", "tables": {name: path}, "cached", "error"}.
 
-    Bad input never raises: it comes back as ok=False with an `error` naming the file.
+    Bad input never raises: it comes back as ok=False with an `error` naming the file. `digest`
+    (the file's content hash) may be passed when the caller has computed it already.
     """
     trace_path = Path(trace_path)
     try:
-        digest = file_digest(trace_path)
+        digest = digest or file_digest(trace_path)
     except OSError as exc:
         return {"ok": False, "path": str(trace_path), "error": f"{trace_path.name}: cannot read file ({exc})"}
     if use_cache:

@@ -16,7 +16,6 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from . import plots as P
 from .cache import ANALYSIS_VERSION
 from .load import discover_traces
 from .mapper import analyze_rank
@@ -38,19 +37,19 @@ def default_workers(n_traces: int) -> int:
     return max(1, min(os.cpu_count() or 1, n_traces, DEFAULT_MAX_WORKERS))
 
 
-def _map(files: list[Path], cache_dir: Path, use_cache: bool, workers: int, progress: bool) -> list[dict]:
+def _map(files: list[Path], cache_dir: Path, use_cache: bool, workers: int, progress: bool, digests: dict | None = None) -> list[dict]:
     from tqdm import tqdm
 
     results: list[dict] = []
     bar = tqdm(total=len(files), desc="hpcprof: parsing traces", unit="rank", disable=not progress, file=sys.stderr)
     if workers <= 1 or len(files) <= 1:
         for f in files:
-            results.append(analyze_rank(f, cache_dir, use_cache))
+            results.append(analyze_rank(f, cache_dir, use_cache, digest=(digests or {}).get(f)))
             bar.update()
     else:
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
-            futs = {ex.submit(analyze_rank, f, cache_dir, use_cache): f for f in files}
+            futs = {ex.submit(analyze_rank, f, cache_dir, use_cache, (digests or {}).get(f)): f for f in files}
             for fut in as_completed(futs):
                 try:
                     results.append(fut.result())
@@ -152,12 +151,21 @@ def analyze(
         if all(named):
             files = [p for p, m in zip(files, named) if int(m.group(1)) in wanted] or files
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
+    # whole-analysis memo: same trace bytes, steps files, manifest, options and ANALYSIS_VERSION ->
+    # the outputs already on disk are current; return them without mapping, reducing or plotting
+    digests, key = _inputs_key(src, files, ranks)
+    if use_cache:
+        hit = _memo_hit(out_dir, key)
+        if hit is not None:
+            if console:
+                print(console_summary(hit))
+            return hit
     if executor == "slurm":  # the map as a SLURM job array (hpcprof.analysis.array); slurm: SlurmOptions
         from .array import map_on_slurm
 
         results = map_on_slurm(files, cdir, use_cache, slurm, log_dir=out_dir / "slurm-logs", progress=progress)
     elif executor == "local":
-        results = _map(files, cdir, use_cache, n_workers, progress)
+        results = _map(files, cdir, use_cache, n_workers, progress, digests)
     else:
         raise AnalysisError(f"executor {executor!r}: expected 'local' (worker processes here) or 'slurm' (a job array)")
     keep, world_size = _select(results, manifest, ranks, warnings)
@@ -172,11 +180,47 @@ def analyze(
         "cached_ranks": sorted(r for r, v in keep.items() if v["cached"]),
         "workers": n_workers,
         "executor": executor,
+        "outputs_reused": False,
     }
+    summary["inputs_key"] = key
     (out_dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2))
     if console:
         print(console_summary(summary))
     return _clean(summary)
+
+
+def _inputs_key(src: Path, files: list[Path], ranks) -> tuple[dict, str]:
+    import hashlib
+
+    from .load import file_digest
+
+    digests, parts = {}, [f"v{ANALYSIS_VERSION}", f"ranks={sorted(ranks) if ranks is not None else None}"]
+    for f in files:
+        try:
+            digests[f] = file_digest(f)
+        except OSError:
+            digests[f] = "unreadable"
+        parts.append(f"{f.name}:{digests[f]}")
+    extra = sorted((src / "steps").glob("*.jsonl")) if (src / "steps").is_dir() else []
+    for p in extra + [src / "manifest.json"]:
+        if p.is_file():
+            st = p.stat()
+            parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+    return {f: d for f, d in digests.items() if d != "unreadable"}, hashlib.blake2b("\n".join(parts).encode(), digest_size=20).hexdigest()
+
+
+def _memo_hit(out_dir: Path, key: str) -> dict | None:
+    try:
+        s = json.loads((out_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if s.get("inputs_key") != key or not (out_dir / "report.html").is_file():
+        return None
+    c = s.setdefault("cache", {})
+    c["cached_ranks"] = sorted(set(c.get("cached_ranks", [])) | set(c.get("parsed_ranks", [])))
+    c["parsed_ranks"] = []
+    c["outputs_reused"] = True
+    return s
 
 
 def _clean(o):
@@ -215,6 +259,8 @@ def _write(df: pd.DataFrame, tables: Path, name: str) -> None:
 
 
 def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_size, warnings: list[str]) -> dict:
+    from . import plots as P  # matplotlib only when charts are drawn
+
     metas = {r: v["meta"] for r, v in keep.items()}
     nodes = {}
     for e in manifest.get("ranks", []) or []:

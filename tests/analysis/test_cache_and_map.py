@@ -35,6 +35,10 @@ def test_second_analyze_reads_the_cache_and_no_cache_forces(dlrm_copy, tmp_path)
     second = analyze(dlrm_copy, out=out, workers=2, progress=False)
     assert second["cache"]["parsed_ranks"] == [] and second["cache"]["cached_ranks"] == list(range(8))
     assert second["per_rank"] == first["per_rank"]
+    assert second["cache"]["outputs_reused"] is True and first["cache"]["outputs_reused"] is False
+    subset = analyze(dlrm_copy, out=out, workers=2, ranks=[1, 2], progress=False)  # other options: a new reduce
+    assert subset["cache"]["outputs_reused"] is False and subset["ranks_analyzed"] == [1, 2]
+    assert subset["cache"]["parsed_ranks"] == []
     forced = analyze(dlrm_copy, out=out, workers=2, use_cache=False, progress=False)
     assert forced["cache"]["parsed_ranks"] == list(range(8))
     assert forced["per_rank"] == first["per_rank"]
