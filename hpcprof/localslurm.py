@@ -617,7 +617,7 @@ StorageLoc=slurm_acct_db
     def _kill_namespace(self, ns: str | None) -> None:
         if not ns or ns == _mnt_ns(os.getpid()):
             return
-        for attempt, sig in enumerate((signal.SIGTERM, signal.SIGKILL)):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             victims = []
             for entry in os.listdir("/proc"):
                 if entry.isdigit() and _mnt_ns(int(entry)) == ns:

@@ -135,7 +135,7 @@ def assert_resumed_without_gaps(cluster, run: Path, job: str, steps: int) -> Non
 
 
 def test_preemption_of_submitted_job_checkpoints_requeues_and_resumes_without_gaps(slurm_cluster, tmp_path):
-    runs, steps = tmp_path / "runs", 12
+    runs, steps = tmp_path / "runs", 8
     run = runs / "preempted"
     proc = subprocess.Popen(submit_cmd(slurm_cluster, runs, "preempted", "--train-steps", str(steps),
                                        "--wait"),
@@ -155,7 +155,7 @@ def test_preemption_of_submitted_job_checkpoints_requeues_and_resumes_without_ga
 
 
 def test_preemption_of_sbatch_template_job_requeues_and_resumes_without_gaps(slurm_cluster, tmp_path):
-    steps = 12
+    steps = 8
     script = tmp_path / "job.slurm"
     render = subprocess.run(
         [sys.executable, "-m", "hpcprof.sbatch", "--template", "generic", "--output", str(script),
