@@ -55,6 +55,9 @@ class SlurmOptions:
     """--job-name of the array."""
     extra: dict[str, str] = field(default_factory=dict)
     """Any other sbatch option, e.g. {"constraint": "v100"} (submitit's slurm_additional_parameters)."""
+    python: str | None = None
+    """Command that starts Python in the task; None: this process's interpreter (sys.executable),
+    which must then exist at the same path on the compute nodes (a venv on the shared file system)."""
 
     def validate(self) -> "SlurmOptions":
         if self.array_chunk < 1:
@@ -86,6 +89,8 @@ def add_slurm_arguments(ap: argparse.ArgumentParser) -> None:
                    help="shell line run before each task, e.g. 'module load python'; repeatable")
     g.add_argument("--slurm-extra", action="append", default=[], metavar="KEY=VALUE",
                    help="any other sbatch option, e.g. constraint=v100; repeatable")
+    g.add_argument("--slurm-python", default=None, metavar="CMD",
+                   help="command starting Python on the nodes (default: this interpreter, %s)" % sys.executable)
 
 
 def slurm_options_from_args(a: argparse.Namespace) -> SlurmOptions:
@@ -106,6 +111,7 @@ def slurm_options_from_args(a: argparse.Namespace) -> SlurmOptions:
         array_chunk=a.array_chunk,
         array_parallelism=a.array_parallelism,
         extra=extra,
+        python=a.slurm_python,
     ).validate()
 
 
@@ -137,7 +143,8 @@ def _check_slurm() -> None:
 def _executor(opts: SlurmOptions, log_dir: Path, n_tasks: int):
     import submitit
 
-    ex = submitit.AutoExecutor(folder=str(log_dir), cluster="slurm")
+    kw = {"slurm_python": opts.python} if opts.python else {}
+    ex = submitit.AutoExecutor(folder=str(log_dir), cluster="slurm", **kw)
     params: dict[str, Any] = {
         "name": opts.job_name,
         "timeout_min": opts.time_min,

@@ -124,3 +124,28 @@ def test_slurm_array_chunks_and_task_failures_become_per_file_errors(slurm_clust
 
     tasks = _wait_accounted(slurm_cluster, array_id, 3)
     assert [tasks[f"{array_id}_{i}"][0] for i in range(3)] == ["COMPLETED", "COMPLETED", "FAILED"]
+
+
+def test_slurm_options_from_the_command_line_reach_the_sbatch_parameters(tmp_path):
+    import argparse
+
+    from hpcprof.analysis.array import _executor, add_slurm_arguments, slurm_options_from_args
+
+    ap = argparse.ArgumentParser()
+    add_slurm_arguments(ap)
+    a = ap.parse_args(["--array-chunk", "4", "--array-parallelism", "3", "--slurm-partition", "gpu_p2",
+                       "--slurm-account", "abc@v100", "--slurm-qos", "qos_gpu-dev", "--slurm-time", "20",
+                       "--slurm-cpus", "4", "--slurm-mem-gb", "12", "--slurm-setup", "module load python",
+                       "--slurm-extra", "constraint=v100", "--slurm-python", "/opt/venv/bin/python"])
+    opts = slurm_options_from_args(a)
+    params = _executor(opts, tmp_path, n_tasks=10)._executor.parameters
+    assert params["partition"] == "gpu_p2" and params["account"] == "abc@v100" and params["qos"] == "qos_gpu-dev"
+    assert params["time"] == 20 and params["cpus_per_task"] == 4 and params["mem"] == "12GB"
+    assert params["setup"] == ["module load python"] and params["additional_parameters"] == {"constraint": "v100"}
+    assert params["array_parallelism"] == 3 and opts.array_chunk == 4
+    assert _executor(opts, tmp_path, n_tasks=10)._executor.python == "/opt/venv/bin/python"
+
+    for bad, msg in ((["--array-chunk", "0"], "--array-chunk 0"), (["--slurm-extra", "constraint"], "KEY=VALUE"),
+                     (["--slurm-time", "0"], "--slurm-time 0")):
+        with pytest.raises(ValueError, match=msg):
+            slurm_options_from_args(ap.parse_args(bad))
