@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import FAST_FLAGS, run_cli
+from helpers import FAST_FLAGS, run_cli
 from hpcprof.run import RunDir
 from hpcprof.spec import Data, Model
 from hpcprof.train.data import IMAGENET_MEAN, BatchSource

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST_FLAGS, REPO, run_cli
+from helpers import FAST_FLAGS, REPO, run_cli
 from hpcprof.run import RunDir
 
 STEPS = 12  # demo-local.toml: profiler wait 1, warmup 1, active 3 -> active steps 2, 3, 4
@@ -111,11 +111,18 @@ def test_straggler_drill_shows_in_step_files(healthy, straggler):
     other = [r["host_pre_forward_s"] for r in slow.read_steps(0)]
     assert statistics.median(drilled) >= 0.080
     assert statistics.median(other) < 0.02
-    # Every rank's step grows: the others wait for the drilled rank in DDP's all-reduce.
+    # Every rank's step grows because the others wait for the drilled rank in DDP's all-reduce.
+    # Within the drill run (load-independent): DDP keeps the ranks in lockstep, so the healthy
+    # rank's step is as long as the drilled one's, sleep included, though it never slept itself.
+    step0 = statistics.median(r["step_s"] for r in slow.read_steps(0)[2:])
+    step1 = statistics.median(r["step_s"] for r in slow.read_steps(1)[2:])
+    assert step0 >= 0.080 and step0 >= 0.8 * step1, (step0, step1)
+    # Against the healthy run with the same spec: both ranks got slower (by about the sleep on a
+    # quiet machine; only the sign is asserted, timings of two separate runs are noisy).
     for rank in (0, 1):
         before = statistics.median(r["step_s"] for r in base.read_steps(rank)[2:])
         after = statistics.median(r["step_s"] for r in slow.read_steps(rank)[2:])
-        assert after - before > 0.04, (rank, before, after)
+        assert after > before, (rank, before, after)
 
 
 def test_crash_drill_names_rank_node_and_log_and_keeps_other_ranks_output(runs_root):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 from hpcprof.spec import (
     JobSpec,
     SpecError,
