@@ -5,7 +5,10 @@ time, then, in the same run and each in a fresh subprocess, times:
 
 - HTA: ``TraceAnalysis(trace_dir)`` + temporal, idle-time and kernel breakdowns + comm/comp overlap,
 - ``python -m hpcprof.analyze DIR --no-cache`` (fresh parse),
-- ``python -m hpcprof.analyze DIR`` again (served from the parse cache),
+- ``python -m hpcprof.analyze DIR`` again into the same --out ("cached": a user's second analyze;
+  outputs may be reused whole when nothing changed),
+- ``python -m hpcprof.analyze DIR --out NEW --cache-dir <first out>/.cache`` ("cache+reduce": every
+  rank from the parse cache, the cross-rank reduce, tables and plots done again),
 
 measuring wall time and the peak RSS of the whole process tree (parent + every child, summed at
 each sample, sampled every ~50 ms; also the summed PSS, which counts pages shared between a parent
@@ -300,7 +303,7 @@ def main(argv=None) -> int:
     for n in ranks:
         d, mb = sets[n]
         out = scratch / f"out{n}"
-        res: dict[str, list[dict]] = {"hta": [], "fresh": [], "cached": []}
+        res: dict[str, list[dict]] = {"hta": [], "fresh": [], "cached": [], "reduce": []}
         all_equal = True
         for rep in range(a.repeats):
             hta_json = scratch / f"hta{n}.json"
@@ -312,18 +315,29 @@ def main(argv=None) -> int:
                 cmd += ["--workers", str(a.workers)]
             res["fresh"].append(measure(cmd + ["--no-cache"], scratch / f"fresh{n}.log"))
             fresh_summary = json.loads((out / "summary.json").read_text())
+            mtime = (out / "summary.json").stat().st_mtime_ns
             res["cached"].append(measure(cmd, scratch / f"cached{n}.log"))
             cached_summary = json.loads((out / "summary.json").read_text())
+            reused = (out / "summary.json").stat().st_mtime_ns == mtime
+            out_r = scratch / f"out{n}-reduce"
+            if out_r.exists():
+                shutil.rmtree(out_r)
+            cmd_r = [py, "-m", "hpcprof.analyze", str(d), "--out", str(out_r), "--cache-dir", str(out / ".cache"), "--quiet"]
+            res["reduce"].append(measure(cmd_r, scratch / f"reduce{n}.log"))
+            reduce_summary = json.loads((out_r / "summary.json").read_text())
             hta = json.loads(hta_json.read_text())
             eq_f, diff_f = compare(hta, fresh_summary)
             eq_c, diff_c = compare(hta, cached_summary)
-            all_equal = all_equal and eq_f and eq_c
-            served = cached_summary.get("cache", {}).get("cached_ranks", [])
+            eq_r, diff_r = compare(hta, reduce_summary)
+            all_equal = all_equal and eq_f and eq_c and eq_r
+            served = reduce_summary.get("cache", {}).get("cached_ranks", [])
             print(f"{n} ranks, run {rep + 1}: HTA {res['hta'][-1]['wall_s']:.1f} s / {res['hta'][-1]['peak_rss_mb']:.0f} MB, "
                   f"fresh {res['fresh'][-1]['wall_s']:.1f} s / {res['fresh'][-1]['peak_rss_mb']:.0f} MB, "
                   f"cached {res['cached'][-1]['wall_s']:.1f} s / {res['cached'][-1]['peak_rss_mb']:.0f} MB "
                   f"(PSS: HTA {res['hta'][-1]['peak_pss_mb']:.0f}, fresh {res['fresh'][-1]['peak_pss_mb']:.0f} MB) "
-                  f"({len(served)}/{n} ranks from cache); numbers equal: fresh {eq_f} (max diff {diff_f:.2g}), cached {eq_c}",
+                  f"{'(outputs reused whole) ' if reused else ''}"
+                  f"cache+reduce {res['reduce'][-1]['wall_s']:.1f} s ({len(served)}/{n} ranks from the parse cache); "
+                  f"numbers equal: fresh {eq_f} (max diff {diff_f:.2g}), cached {eq_c}, cache+reduce {eq_r}",
                   flush=True)
 
         def med(key, field):
@@ -334,6 +348,7 @@ def main(argv=None) -> int:
             "hta_s": med("hta", "wall_s"), "hta_mb": med("hta", "peak_rss_mb"),
             "fresh_s": med("fresh", "wall_s"), "fresh_mb": med("fresh", "peak_rss_mb"),
             "cached_s": med("cached", "wall_s"), "cached_mb": med("cached", "peak_rss_mb"),
+            "reduce_s": med("reduce", "wall_s"),
             "hta_pss": med("hta", "peak_pss_mb"), "fresh_pss": med("fresh", "peak_pss_mb"),
             "load": max(x["load1"] for k in res for x in res[k]),
             "equal": all_equal, "workers": fresh_summary.get("cache", {}).get("workers"),
@@ -342,12 +357,13 @@ def main(argv=None) -> int:
     # ------------------------------------------------------------------ table
     print()
     print(f"| ranks | MB/rank | HTA s | HTA peak MB | fresh s | cached s | fresh peak MB | cached peak MB | "
-          f"fresh/HTA | cached/HTA | RSS fresh/HTA | numbers equal | workers | load1 |")
-    print("|" + "---|" * 14)
+          f"fresh/HTA | cached/HTA | RSS fresh/HTA | numbers equal | workers | load1 | cache+reduce s | cache+reduce/HTA |")
+    print("|" + "---|" * 16)
     for r in rows:
         print(f"| {r['n']} | {r['mb']:.1f} | {r['hta_s']:.1f} | {r['hta_mb']:.0f} | {r['fresh_s']:.1f} | {r['cached_s']:.2f} | "
               f"{r['fresh_mb']:.0f} | {r['cached_mb']:.0f} | {r['fresh_s'] / r['hta_s']:.3f} | {r['cached_s'] / r['hta_s']:.3f} | "
-              f"{r['fresh_mb'] / r['hta_mb']:.3f} | {'yes' if r['equal'] else 'NO'} | {r['workers']} | {r['load']:.1f} |")
+              f"{r['fresh_mb'] / r['hta_mb']:.3f} | {'yes' if r['equal'] else 'NO'} | {r['workers']} | {r['load']:.1f} | "
+              f"{r['reduce_s']:.2f} | {r['reduce_s'] / r['hta_s']:.3f} |")
     print()
     print("| ranks | HTA peak PSS MB | fresh peak PSS MB | PSS fresh/HTA |")
     print("|---|---|---|---|")
