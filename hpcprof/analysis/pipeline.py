@@ -26,6 +26,8 @@ from .stragglers import analyze_collectives
 from .timeline import Intervals
 
 DEFAULT_MAX_WORKERS = 8
+# bump when the reduce or the outputs change (the per-rank tables have cache.ANALYSIS_VERSION)
+REDUCE_VERSION = 2
 RANK_NAME = re.compile(r"^rank-(\d+)\.")
 
 
@@ -194,7 +196,7 @@ def _inputs_key(src: Path, files: list[Path], ranks) -> tuple[dict, str]:
 
     from .load import file_digest
 
-    digests, parts = {}, [f"v{ANALYSIS_VERSION}", f"ranks={sorted(ranks) if ranks is not None else None}"]
+    digests, parts = {}, [f"v{ANALYSIS_VERSION}", f"r{REDUCE_VERSION}", f"ranks={sorted(ranks) if ranks is not None else None}"]
     for f in files:
         try:
             digests[f] = file_digest(f)

@@ -13,12 +13,14 @@ Definitions (also in docs/analysis.md):
   Per rank and step, the wait intervals are merged (several collectives in flight at once, e.g.
   gloo's two worker threads, are not counted twice).
 - cost of rank s per step: for each step, the MEDIAN over the other ranks of their blocked waiting
-  at the collectives where s arrived last; then the median over the profiled steps (the mean is
-  reported too, as cost_ms_per_step_mean).
+  at the collectives where s arrived last; then the mean over the profiled steps (total waiting
+  inflicted / steps; the median over steps is reported as cost_ms_per_step_median).
 - straggler: a rank whose cost per step is above threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD x
-  median step time) AND that inflicts more than the threshold in at least MIN_STEP_SHARE of the
-  profiled steps (a persistent cause, not scheduling noise that moves from rank to rank), and whose
-  cost is at least DOMINANCE x the median cost of the other ranks. Flagged ranks are ordered by
+  median step time), at least DOMINANCE x the median cost of the other ranks, and persistent (not
+  scheduling noise that moves from rank to rank): it inflicts more than the threshold in at least
+  MIN_STEP_SHARE of the profiled steps, or it is the top inflictor and its own time in the cause
+  category exceeds the other ranks' by more than the threshold in at least OWN_EXCESS_SHARE of the
+  steps (on shared cores the waits it causes blur from step to step; its own excess does not). Flagged ranks are ordered by
   cost, those with a cause before those without one ("unknown": no excess of its own, most likely
   lateness inherited from another straggler). A healthy run flags nobody.
 - cause: per profiled step, the time s spent in each category (data loading, un-annotated host gap,
@@ -36,6 +38,7 @@ NOISE_FLOOR_MS = 1.0
 REL_THRESHOLD = 0.05
 MIN_STEP_SHARE = 0.6
 DOMINANCE = 1.5
+OWN_EXCESS_SHARE = 0.8
 MIN_CAUSE_MS = 0.5
 MIN_CAUSE_SHARE = 0.2
 CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
@@ -181,31 +184,38 @@ def analyze_collectives(
         per_coll = per_coll.join(df[df["rank"] != df["last_rank"]].groupby("key")["blocked_wait_ms"].median().rename("blocked_inflicted_ms"), on="key")
 
     n_steps = max(len(steps), 1)
-    cost = per_step.groupby("rank")["wait_inflicted_ms"].median()  # robust to one-off spikes
-    cost_mean = per_step.groupby("rank")["wait_inflicted_ms"].mean()
+    cost = per_step.groupby("rank")["wait_inflicted_ms"].mean()  # total waiting inflicted / steps
+    cost_median = per_step.groupby("rank")["wait_inflicted_ms"].median()
     total_infl = float(per_step["wait_inflicted_ms"].sum()) or 1.0
     threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD * (step_ms or 0.0))
     top_share = (per_step["wait_inflicted_ms"] > threshold).groupby(per_step["rank"]).sum() / n_steps
     stragglers = []
     order = cost.sort_values(ascending=False)
+    have_steps = steps_trace is not None and not steps_trace.empty
     for r, c in order.items():
         share = float(top_share.get(r, 0.0))
         others = float(order.drop(r).median()) if len(order) > 1 else 0.0
-        if c < threshold or share < MIN_STEP_SHARE or c < DOMINANCE * others:
+        if c < threshold or c < DOMINANCE * others:
             continue
-        cause, excess = _cause_steps(steps_trace, int(r)) if steps_trace is not None and not steps_trace.empty else (None, None)
+        cause, excess, own_share = _cause_steps(steps_trace, int(r), threshold) if have_steps else (None, None, 0.0)
+        # persistent: the others wait for it in most steps, or it is the top inflictor and has an
+        # excess of its own above the threshold in most steps (waits blur when cores are shared)
+        persistent = share >= MIN_STEP_SHARE or (r == order.index[0] and cause not in (None, "unknown") and own_share >= OWN_EXCESS_SHARE)
+        if not persistent:
+            continue
         if cause is None:
             cause, excess = _cause(df, per_coll, int(r))
             excess = {k: v / n_steps for k, v in excess.items()}
+        share = max(share, own_share if cause != "unknown" else 0.0)
         # consistency needs several steps: one profiled step caps the confidence at 0.5
-        conf = share * (float(cost_mean.get(r, 0.0)) * n_steps / total_infl) * n_steps / (n_steps + 1)
+        conf = share * (float(c) * n_steps / total_infl) * n_steps / (n_steps + 1)
         if cause != "unknown" and excess.get(cause, 0.0) < max(MIN_CAUSE_MS, MIN_CAUSE_SHARE * float(c)):
             cause = "unknown"  # no category explains a meaningful part of the cost
         stragglers.append(
             {
                 "rank": int(r),
                 "cost_ms_per_step": round(float(c), 3),
-                "cost_ms_per_step_mean": round(float(cost_mean.get(r, 0.0)), 3),
+                "cost_ms_per_step_median": round(float(cost_median.get(r, 0.0)), 3),
                 "cause": cause,
                 "cause_detail": CAUSE_TEXT.get(cause, cause),
                 "cause_excess_ms_per_step": {k: round(v, 3) for k, v in excess.items()},
@@ -220,18 +230,22 @@ def analyze_collectives(
     return per_coll, per_step, stragglers, offsets
 
 
-def _cause_steps(steps: pd.DataFrame, r: int) -> tuple[str | None, dict[str, float] | None]:
+def _cause_steps(steps: pd.DataFrame, r: int, threshold: float) -> tuple[str | None, dict[str, float] | None, float]:
+    """Cause from per-step excess over the other ranks; also the share of steps in which that
+    excess is above the threshold."""
     cols = [f"{c}_ms" for c in CATEGORIES if f"{c}_ms" in steps]
     if r not in set(steps["rank"]) or steps["rank"].nunique() < 2 or not cols:
-        return None, None
+        return None, None, 0.0
     mine = steps[steps["rank"] == r].set_index("step")[cols]
     oth = steps[steps["rank"] != r].groupby("step")[cols].median()
     diff = (mine - oth).dropna()
     if diff.empty:
-        return None, None
+        return None, None, 0.0
     excess = {c[:-3]: float(diff[c].median()) for c in cols}
     cause = max(excess, key=excess.get)
-    return (cause if excess[cause] > 0 else "unknown"), excess
+    if excess[cause] <= 0:
+        return "unknown", excess, 0.0
+    return cause, excess, float((diff[f"{cause}_ms"] > threshold).mean())
 
 
 def _cause(df: pd.DataFrame, per_coll: pd.DataFrame, r: int) -> tuple[str, dict[str, float]]:
