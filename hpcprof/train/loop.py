@@ -159,6 +159,19 @@ def _cpu_threads(spec: JobSpec, renv: RankEnv) -> int:
     return max(1, (os.cpu_count() or 1) // max(renv.local_world_size, 1))
 
 
+def _node_cpus() -> int:
+    """CPU cores this job may use on this node: SLURM's allocation, else this process's affinity.
+    The analysis needs it to know whether ranks shared cores (then a sleeping rank frees a core
+    for the others, and the job loses less than the others' waiting time)."""
+    on_node = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if on_node.isdigit():
+        return int(on_node)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def _record_failure(run: RunDir, renv: RankEnv, step: int | None, exc: BaseException) -> None:
     """Leave a small JSON note so the launcher can name the first rank that failed, and why."""
     text = f"{type(exc).__name__}: {exc}"
@@ -268,6 +281,7 @@ def _run(spec: JobSpec, run: RunDir, renv: RankEnv, record_steps: bool = True) -
         "slurm": renv.slurm,
         "clock": clock,
         "cpu_threads": torch.get_num_threads(),
+        "node_cpus": _node_cpus(),
     }
     entries: list[Any] = [None] * renv.world_size
     dist.all_gather_object(entries, entry, group=ctrl_group)
