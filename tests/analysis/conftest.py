@@ -28,7 +28,7 @@ DRILL_ARGS = [
     "--model-arch", "resnet18",
     "--model-image-size", "32",
     "--data-batch-size", "8",
-    "--train-steps", "16",
+    "--train-steps", "30",
     "--profiler-wait", "3",
     "--profiler-warmup", "1",
     "--profiler-active", "10",
@@ -56,9 +56,28 @@ def write_trace(path: Path, doc: dict) -> Path:
 _LOADS: dict[str, float] = {}
 
 
+def cpu_busy_cores(window_s: float = 2.0) -> float:
+    """Cores kept busy by OTHER work right now: /proc/stat sampled over `window_s` while this test
+    process sleeps. (The 1-minute load average would also count this suite's own finished runs.)"""
+    def sample():
+        with open("/proc/stat") as fh:
+            v = [int(x) for x in fh.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v) - idle, sum(v)
+    try:
+        b0, t0 = sample()
+        import time
+
+        time.sleep(window_s)
+        b1, t1 = sample()
+    except OSError:
+        return 0.0
+    return (b1 - b0) / max(t1 - t0, 1) * (os.cpu_count() or 1)
+
+
 def _submit(runs_dir: Path, name: str, extra: list[str]) -> Path:
-    # 1-minute load average just before the run: other work on this machine distorts step times
-    _LOADS[name] = os.getloadavg()[0]
+    # Other work on this machine distorts step times: note how busy it was just before the run.
+    _LOADS[name] = cpu_busy_cores()
     cmd = [sys.executable, "-m", "hpcprof.submit", *DRILL_ARGS, "--name", name, "--runs-dir", str(runs_dir), *extra]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     run = runs_dir / name
@@ -79,7 +98,7 @@ def drill_runs(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def drill_loads(drill_runs) -> dict[str, float]:
-    """The load average seen just before each drill run was started."""
+    """Cores busy with other work just before each drill run was started."""
     return dict(_LOADS)
 
 
