@@ -27,7 +27,7 @@ from .timeline import Intervals
 
 DEFAULT_MAX_WORKERS = 8
 # bump when the reduce or the outputs change (the per-rank tables have cache.ANALYSIS_VERSION)
-REDUCE_VERSION = 2
+REDUCE_VERSION = 3
 RANK_NAME = re.compile(r"^rank-(\d+)\.")
 
 
@@ -260,6 +260,24 @@ def _write(df: pd.DataFrame, tables: Path, name: str) -> None:
     d.to_parquet(tables / f"{name}.parquet", index=False)
 
 
+def node_capacity(manifest: dict, device: str) -> dict:
+    """Per node, how many ranks can run at once: one per GPU on GPU runs (left empty: the default);
+    on CPU runs min(ranks, cores / threads per rank) from the manifest (node_cpus, cpu_threads).
+    Nodes without that information are taken as one runner per rank."""
+    if device == "cuda":
+        return {}
+    per_node: dict = {}
+    for e in manifest.get("ranks", []) or []:
+        if isinstance(e, dict) and e.get("node_cpus") and e.get("cpu_threads"):
+            per_node.setdefault(e.get("node"), []).append((int(e["node_cpus"]), int(e["cpu_threads"])))
+    out = {}
+    for node, vals in per_node.items():
+        cpus = max(c for c, _ in vals)
+        threads = sorted(t for _, t in vals)[len(vals) // 2]
+        out[node] = max(1.0, cpus / max(threads, 1))
+    return out
+
+
 def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_size, warnings: list[str]) -> dict:
     from . import plots as P  # matplotlib only when charts are drawn
 
@@ -342,7 +360,8 @@ def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_si
 
     # stragglers
     hosts = {r: nodes.get(r) for r in metas}
-    per_coll, per_step, strag, offsets = analyze_collectives(colls, hosts, step_ms, busy, steps_trace)
+    capacity = node_capacity(manifest, device)
+    per_coll, per_step, strag, offsets = analyze_collectives(colls, hosts, step_ms, busy, steps_trace, capacity)
     for s in strag:
         s["node"] = nodes.get(s["rank"])
     if len(metas) < 2:
@@ -436,7 +455,7 @@ def console_summary(summary: dict) -> str:
         lines.append(f"{r['rank']:>4}  {str(r['node'] or '?')[:14]:<14} {f(r['step_time_ms'], 9)} {f(r['idle_pct'], 7)} {f(r['compute_pct'], 7)} {f(r['comm_comp_overlap_pct'], 9)}")
     if summary["stragglers"]:
         s = summary["stragglers"][0]
-        lines.append(f"top straggler: rank {s['rank']} (node {s['node']}): others wait {s['cost_ms_per_step']:.1f} ms/step; cause {s['cause']}; confidence {s['confidence']}")
+        lines.append(f"top straggler: rank {s['rank']} (node {s['node']}): costs {s['cost_ms_per_step']:.1f} ms/step (others blocked {s.get('blocked_wait_ms_per_step', s['cost_ms_per_step']):.1f} ms); cause {s['cause']}; confidence {s['confidence']}")
     else:
         lines.append("stragglers: none")
     if summary["recommendations"]:

@@ -153,7 +153,7 @@ def recommendations(
         recs.append(
             {
                 "title": f"Straggler: rank {s['rank']} (node {s.get('node')}) makes the others wait; {advice}",
-                "evidence": f"others wait {_fmt(s['cost_ms_per_step'])} ms per step for it{pct}; late in {_fmt(100 * s['late_in_steps_share'], 0)}% of steps; cause: {s['cause_detail']}; confidence {s['confidence']}",
+                "evidence": f"costs the job {_fmt(s['cost_ms_per_step'])} ms per step{pct} (the others sit blocked {_fmt(s.get('blocked_wait_ms_per_step', s['cost_ms_per_step']))} ms per step waiting for it); late in {_fmt(100 * s['late_in_steps_share'], 0)}% of steps; cause: {s['cause_detail']}; confidence {s['confidence']}",
                 "score": 100 * s["cost_ms_per_step"] / step_ms if step_ms else 50.0,
             }
         )

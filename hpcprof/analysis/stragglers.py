@@ -12,16 +12,26 @@ Definitions (also in docs/analysis.md):
   A bucket all-reduce that waits while backward keeps computing costs nothing and is not counted.
   Per rank and step, the wait intervals are merged (several collectives in flight at once, e.g.
   gloo's two worker threads, are not counted twice).
-- cost of rank s per step: for each step, the MEDIAN over the other ranks of their blocked waiting
-  at the collectives where s arrived last; then the mean over the profiled steps (total waiting
-  inflicted / steps; the median over steps is reported as cost_ms_per_step_median).
+- waiting inflicted by rank s per step: for each step, the MEDIAN over the other ranks of their
+  blocked waiting at the collectives where s arrived last; then the mean over the profiled steps.
+  It decides who is flagged (reported as blocked_wait_ms_per_step).
+- cost of a flagged rank s per step (cost_ms_per_step): the capacity the job lost to it. Per node,
+  K = the ranks that can run at once (GPU ranks: one per GPU, K = ranks on the node; CPU ranks:
+  min(ranks, cores / threads per rank), from the manifest). In each step, up to s's arrival at the
+  last collective it was late for, a rank is idle for s while it sits blocked waiting for s, and s
+  is idle while it does no work itself (its sleep, gap or data wait). With m(t) such idle ranks out
+  of R on a node, the node loses max(0, K - (R - m(t))) runners; cost = that loss integrated over
+  the window, summed over nodes, divided by the job's total K. With dedicated devices this is the
+  mean of everyone's idle time (about the others' waiting); on shared cores a rank that sleeps
+  frees its core for the others, and the cost is the real slowdown, not the others' waiting.
+  Reported as the mean over profiled steps (the median as cost_ms_per_step_median).
 - straggler: a rank whose cost per step is above threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD x
   median step time), at least DOMINANCE x the median cost of the other ranks, and persistent (not
   scheduling noise that moves from rank to rank): it inflicts more than the threshold in at least
   MIN_STEP_SHARE of the profiled steps, or it is the top inflictor and its own time in the cause
   category exceeds the other ranks' by more than the threshold in at least OWN_EXCESS_SHARE of the
   steps (on shared cores the waits it causes blur from step to step; its own excess does not). Flagged ranks are ordered by
-  cost, those with a cause before those without one ("unknown": no excess of its own, most likely
+  the waiting they inflict, those with a cause before those without one ("unknown": no excess of its own, most likely
   lateness inherited from another straggler). A healthy run flags nobody.
 - cause: per profiled step, the time s spent in each category (data loading, un-annotated host gap,
   CPU work, GPU compute, memory copies) minus the median of the other ranks in the same step; the
@@ -33,6 +43,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from .timeline import Intervals
 
 NOISE_FLOOR_MS = 1.0
 REL_THRESHOLD = 0.05
@@ -92,16 +104,95 @@ def match(colls: pd.DataFrame) -> pd.DataFrame:
 def _blocked(starts, ends, busy) -> float:
     if len(starts) == 0:
         return 0.0
-    from .timeline import Intervals
-
     iv = Intervals(starts, ends)
     covered = busy.covered(iv.s, iv.e).sum() if busy is not None else 0.0
     return max(0.0, (iv.total - float(covered)) / 1e3)
 
 
+def _idle_within(busy, a: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of [a, b) not covered by `busy` (an Intervals or None), as (starts, ends)."""
+    if b <= a:
+        return np.empty(0), np.empty(0)
+    if busy is None or not busy.s.size:
+        return np.array([a]), np.array([b])
+    i0 = int(np.searchsorted(busy.e, a, side="right"))
+    i1 = int(np.searchsorted(busy.s, b, side="left"))
+    bs = np.clip(busy.s[i0:i1], a, b)
+    be = np.clip(busy.e[i0:i1], a, b)
+    starts = np.concatenate([[a], be])
+    ends = np.concatenate([bs, [b]])
+    keep = ends > starts
+    return starts[keep], ends[keep]
+
+
+def lost_capacity_ms(idle: dict[int, tuple[np.ndarray, np.ndarray]], hosts: dict[int, str | None],
+                     ranks: list[int], capacity: dict) -> float:
+    """Runner-time lost (ms) per unit of the job's capacity, given each rank's idle intervals (see
+    `cost` in the module docstring)."""
+    total_k = 0.0
+    lost_us = 0.0
+    by_node: dict = {}
+    for r in ranks:
+        by_node.setdefault(hosts.get(r), []).append(r)
+    for node, members in by_node.items():
+        n_ranks = len(members)
+        k = float(min(n_ranks, capacity.get(node, n_ranks)))
+        total_k += k
+        pts, deltas = [], []
+        for r in members:
+            st, en = idle.get(r, (np.empty(0), np.empty(0)))
+            iv = Intervals(st, en)
+            pts += [iv.s, iv.e]
+            deltas += [np.ones(iv.s.size), -np.ones(iv.e.size)]
+        t = np.concatenate(pts)
+        if not t.size:
+            continue
+        d = np.concatenate(deltas)
+        order = np.argsort(t, kind="stable")
+        t, d = t[order], d[order]
+        m = np.cumsum(d)[:-1]  # idle ranks on [t_i, t_{i+1})
+        lost_us += float(np.sum(np.clip(k - (n_ranks - m), 0, None) * np.diff(t)))
+    return lost_us / 1e3 / total_k if total_k else 0.0
+
+
+def _capacity_cost(df: pd.DataFrame, busy_al: dict, s: int, steps_trace: pd.DataFrame | None,
+                   offsets: dict, hosts: dict, ranks: list[int], capacity: dict) -> dict[int, float]:
+    """Per step, the capacity lost to rank s (ms)."""
+    out: dict[int, float] = {}
+    starts = None
+    if steps_trace is not None and not steps_trace.empty and "ts_us" in steps_trace:
+        st = steps_trace.assign(t=steps_trace["ts_us"] - steps_trace["rank"].map(offsets).fillna(0.0))
+        starts = st.groupby("step")["t"].min()
+    for step, grp in df.groupby("step"):
+        late = grp[grp["last_rank"] == s]
+        if late.empty:
+            out[int(step)] = 0.0
+            continue
+        end = float(late["last_arrival"].max())
+        t0 = float(starts.get(step, grp["arrival"].min())) if starts is not None else float(grp["arrival"].min())
+        if end <= t0:
+            out[int(step)] = 0.0
+            continue
+        idle: dict[int, tuple[np.ndarray, np.ndarray]] = {s: _idle_within(busy_al.get(s), t0, end)}
+        for r in ranks:
+            if r == s:
+                continue
+            waits = late[late["rank"] == r]
+            parts = [_idle_within(busy_al.get(r), max(a, t0), b) for a, b in zip(waits["arrival"], waits["last_arrival"]) if b > a]
+            if parts:
+                idle[r] = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        out[int(step)] = lost_capacity_ms(idle, hosts, ranks, capacity)
+    return out
+
+
 def analyze_collectives(
-    colls: pd.DataFrame, hosts: dict[int, str | None], step_ms: float | None, busy: dict | None = None, steps_trace: pd.DataFrame | None = None
+    colls: pd.DataFrame, hosts: dict[int, str | None], step_ms: float | None, busy: dict | None = None,
+    steps_trace: pd.DataFrame | None = None, capacity: dict | None = None,
 ):
+    """Return (per-collective table, per-rank-per-step wait table, stragglers list, offsets).
+
+    `capacity`: per node, how many ranks can run at once (see the module docstring); a node
+    missing from it is taken as one runner per rank (dedicated devices)."""
     """Return (per-collective table, per-rank-per-step wait table, stragglers list, offsets)."""
     if colls.empty or colls["rank"].nunique() < 2:
         return pd.DataFrame(), pd.DataFrame(), [], {}
@@ -145,8 +236,6 @@ def analyze_collectives(
     steps = sorted(int(s) for s in df["step"].unique())
     busy = busy or {}
     # busy intervals in the aligned clock
-    from .timeline import Intervals
-
     busy_al = {r: (Intervals(b.s - offsets.get(r, 0.0), b.e - offsets.get(r, 0.0)) if b is not None else None) for r, b in busy.items()}
     w = df[df["last_arrival"] > df["arrival"]]
     rows = []
@@ -207,6 +296,8 @@ def analyze_collectives(
             cause, excess = _cause(df, per_coll, int(r))
             excess = {k: v / n_steps for k, v in excess.items()}
         share = max(share, own_share if cause != "unknown" else 0.0)
+        lost = _capacity_cost(df, busy_al, int(r), steps_trace if have_steps else None, offsets, hosts, ranks, capacity or {})
+        lost_vals = [lost.get(st, 0.0) for st in steps]
         # consistency needs several steps: one profiled step caps the confidence at 0.5
         conf = share * (float(c) * n_steps / total_infl) * n_steps / (n_steps + 1)
         if cause != "unknown" and excess.get(cause, 0.0) < max(MIN_CAUSE_MS, MIN_CAUSE_SHARE * float(c)):
@@ -214,8 +305,10 @@ def analyze_collectives(
         stragglers.append(
             {
                 "rank": int(r),
-                "cost_ms_per_step": round(float(c), 3),
-                "cost_ms_per_step_median": round(float(cost_median.get(r, 0.0)), 3),
+                "cost_ms_per_step": round(float(np.mean(lost_vals)), 3),
+                "cost_ms_per_step_median": round(float(np.median(lost_vals)), 3),
+                "blocked_wait_ms_per_step": round(float(c), 3),
+                "blocked_wait_ms_per_step_median": round(float(cost_median.get(r, 0.0)), 3),
                 "cause": cause,
                 "cause_detail": CAUSE_TEXT.get(cause, cause),
                 "cause_excess_ms_per_step": {k: round(v, 3) for k, v in excess.items()},
@@ -226,7 +319,8 @@ def analyze_collectives(
         )
     # a flagged rank with no excess of its own in any category (cause "unknown") most likely inherits
     # its lateness from another straggler (e.g. it shares cores with it): list it after those with a cause
-    stragglers.sort(key=lambda x: (x["cause"] == "unknown", -x["cost_ms_per_step"]))
+    # Order: who the others wait for most (the measure that flags), those with a cause first.
+    stragglers.sort(key=lambda x: (x["cause"] == "unknown", -x["blocked_wait_ms_per_step"]))
     return per_coll, per_step, stragglers, offsets
 
 
