@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .run import RunDir, RunDirError, default_run_name
+from .slurmparams import submitit_slurm_parameters
 from .spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, validate_run_name
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -112,13 +113,7 @@ def make_executor(spec: JobSpec, executor: str, logs: Path):
             params["cpus_per_task"] = r.cpus_per_task
         if r.mem_gb:
             params["mem_gb"] = r.mem_gb
-        for key in ("partition", "account", "qos", "constraint"):
-            if getattr(r, key):
-                params[f"slurm_{key}"] = getattr(r, key)
-        if r.slurm_extra:
-            params["slurm_additional_parameters"] = dict(r.slurm_extra)
-        if r.setup:
-            params["slurm_setup"] = list(r.setup)
+        params.update(submitit_slurm_parameters(r.partition, r.account, r.qos, r.constraint, r.setup, r.slurm_extra))
     ex.update_parameters(**params)
     return ex
 

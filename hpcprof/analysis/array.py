@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .mapper import analyze_rank
+from ..slurmparams import submitit_slurm_parameters
 
 #: Seconds between two looks at the array tasks while waiting.
 POLL_S = 1.0
@@ -155,13 +156,7 @@ def _executor(opts: SlurmOptions, log_dir: Path, n_tasks: int):
     }
     if opts.mem_gb is not None:
         params["mem_gb"] = opts.mem_gb
-    for key in ("partition", "account", "qos"):
-        if getattr(opts, key):
-            params[f"slurm_{key}"] = getattr(opts, key)
-    if opts.setup:
-        params["slurm_setup"] = list(opts.setup)
-    if opts.extra:
-        params["slurm_additional_parameters"] = dict(opts.extra)
+    params.update(submitit_slurm_parameters(opts.partition, opts.account, opts.qos, setup=opts.setup, extra=opts.extra))
     ex.update_parameters(**params)
     return ex
 
