@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..run import RunDir
+
 TRACE_SUFFIXES = (".json.gz", ".json")
 
 
@@ -46,7 +48,8 @@ def discover_traces(path: Path) -> list[Path]:
     the extra profiler cycles in `traces/cycle-<k>/` are never mixed in.
     """
     path = Path(path)
-    folder = path / "traces" if (path / "traces").is_dir() else path
+    traces = RunDir(path).traces_dir
+    folder = traces if traces.is_dir() else path
     files = [
         p
         for p in sorted(folder.iterdir())

@@ -21,6 +21,7 @@ from .load import discover_traces
 from .mapper import analyze_rank
 from .recommend import recommendations
 from .report import write_report
+from ..run import RunDir, RunDirError
 from .steps import jsonl_stats, read_steps_jsonl, spread
 from .stragglers import analyze_collectives
 from .timeline import Intervals
@@ -121,15 +122,14 @@ def analyze(
         raise AnalysisError(f"{src}: no such run directory or trace folder")
     if not src.is_dir():
         raise AnalysisError(f"{src}: expected a run directory (runs/<name>) or a folder of *.json / *.json.gz traces")
-    is_run = (src / "manifest.json").is_file() or (src / "traces").is_dir()
+    run = RunDir(src)
+    is_run = run.manifest_path.is_file() or run.traces_dir.is_dir()
     manifest: dict = {}
     warnings: list[str] = []
-    if (src / "manifest.json").is_file():
+    if run.manifest_path.is_file():
         try:
-            from hpcprof.run import RunDir
-
-            manifest = RunDir(src).read_manifest()
-        except Exception as exc:
+            manifest = run.read_manifest()
+        except (RunDirError, OSError) as exc:
             warnings.append(f"manifest.json unreadable ({exc}); node names come from the traces")
     if out is None and not (src.stat().st_mode & 0o222):
         # a read-only folder of traces (shared data sets): never write into it, even as root
@@ -203,8 +203,9 @@ def _inputs_key(src: Path, files: list[Path], ranks) -> tuple[dict, str]:
         except OSError:
             digests[f] = "unreadable"
         parts.append(f"{f.name}:{digests[f]}")
-    extra = sorted((src / "steps").glob("*.jsonl")) if (src / "steps").is_dir() else []
-    for p in extra + [src / "manifest.json"]:
+    run = RunDir(src)
+    extra = [run.steps_path(r) for r in run.step_ranks()]
+    for p in extra + [run.manifest_path]:
         if p.is_file():
             st = p.stat()
             parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
@@ -303,7 +304,7 @@ def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_si
             b = pd.read_parquet(p)
             busy[r] = Intervals(b["start_us"].to_numpy(), b["end_us"].to_numpy())
 
-    jsonl = read_steps_jsonl(src / "steps") if (src / "steps").is_dir() else pd.DataFrame()
+    jsonl = read_steps_jsonl(RunDir(src))
     if not jsonl.empty:
         jsonl = jsonl[jsonl["rank"].isin(list(keep))]
     jstats = jsonl_stats(jsonl)

@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
+
+from ..run import RunDir
 
 JSONL_TIMES = ("step_s", "data_wait_s", "host_pre_forward_s", "drill_sleep_s", "forward_s", "backward_s", "optimizer_s")
 
 
-def read_steps_jsonl(steps_dir: Path) -> pd.DataFrame:
+def read_steps_jsonl(run: RunDir) -> pd.DataFrame:
     """All step records of a run (torn last lines skipped); empty frame when there are none."""
-    rows = []
-    if steps_dir.is_dir():
-        try:
-            from hpcprof.run import RunDir
-
-            run = RunDir(steps_dir.parent)
-            for r in run.step_ranks():
-                rows.extend(run.read_steps(r))
-        except ImportError:  # pragma: no cover - hpcprof.run is part of the package
-            for p in sorted(steps_dir.glob("rank-*.jsonl")):
-                for line in p.read_text().splitlines():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        continue
+    rows = [rec for r in run.step_ranks() for rec in run.read_steps(r)]
     df = pd.DataFrame(rows)
     if df.empty or "rank" not in df or "step" not in df:
         return pd.DataFrame()
