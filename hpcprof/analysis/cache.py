@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-ANALYSIS_VERSION = 5
+ANALYSIS_VERSION = 6
 META = "meta.json"
 
 

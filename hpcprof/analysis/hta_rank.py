@@ -27,15 +27,15 @@ def _quiet_hta() -> None:
     logging.getLogger("hta").setLevel(logging.ERROR)
 
 
-def run_hta_rank(trace_path: str, rank: int) -> dict[str, Any]:
-    """Run HTA's temporal, idle-time, overlap and kernel breakdowns on one rank.
+def load_hta_trace(trace_path: str, rank: int, table: pd.DataFrame | None = None, meta: dict | None = None):
+    """HTA's `Trace` for one rank and the loader used: "fast" (HTA's frame built from our event
+    table, see hta_frame.py) when `table` is given and the fast path applies, else "hta" (HTA's own
+    `Trace.load_traces`, which parses the file again)."""
+    from .hta_frame import fast_path_problem, hta_trace
 
-    Returns a dict of small DataFrames / floats. Raises on a trace HTA cannot handle; the caller
-    turns that into a warning.
-    """
     _quiet_hta()
-    from hta.analyzers.breakdown_analysis import BreakdownAnalysis
-    from hta.analyzers.communication_analysis import CommunicationAnalysis
+    if table is not None and fast_path_problem(table) is None:
+        return hta_trace(trace_path, rank, table, meta or {}), "fast"
     from hta.common.trace import Trace
 
     path = os.path.abspath(trace_path)
@@ -43,8 +43,20 @@ def run_hta_rank(trace_path: str, rank: int) -> dict[str, Any]:
     with contextlib.redirect_stdout(io.StringIO()):
         t = Trace(trace_files={rank: path}, trace_dir=os.path.dirname(path))
         t.load_traces(include_last_profiler_step=False, use_multiprocessing=False)
+    return t, "hta"
 
-    out: dict[str, Any] = {}
+
+def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | None = None, meta: dict | None = None) -> dict[str, Any]:
+    """Run HTA's temporal, idle-time, overlap and kernel breakdowns on one rank.
+
+    Returns a dict of small DataFrames / floats, and "loader" (see load_hta_trace). Raises on a
+    trace HTA cannot handle; the caller turns that into a warning.
+    """
+    from hta.analyzers.breakdown_analysis import BreakdownAnalysis
+    from hta.analyzers.communication_analysis import CommunicationAnalysis
+
+    t, loader = load_hta_trace(trace_path, rank, table, meta)
+    out: dict[str, Any] = {"loader": loader}
     temporal = BreakdownAnalysis.get_temporal_breakdown(t, visualize=False)
     out["temporal"] = temporal.reset_index(drop=True)
 

@@ -1,23 +1,22 @@
 """Trace discovery, reading and validation (no analysis here).
 
 Everything that touches a raw trace file lives in this module, so the analyzers never deal with
-gzip, JSON errors or missing metadata. `read_trace` is the single seam for faster loading (issue 5
-item 3): swap the JSON backend here and every analyzer benefits.
+gzip, JSON errors or missing metadata. `read_trace` decodes each file once (hpcprof.analysis.events);
+every per-rank analysis, HTA's included, is built from that one decode.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import os
 import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..run import RunDir
+from .events import DecodedTrace, DecodeError, ShapeError, decode
 
 TRACE_SUFFIXES = (".json.gz", ".json")
 
@@ -70,18 +69,8 @@ def file_digest(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def _loads(data: bytes) -> Any:
-    # Seam for a faster parser (orjson) if it is installed; numbers are parsed identically.
-    try:  # pragma: no cover - optional dependency
-        import orjson  # type: ignore
-
-        return orjson.loads(data)
-    except ImportError:
-        return json.loads(data)
-
-
-def read_trace(path: str | os.PathLike) -> dict:
-    """Read one Kineto trace (`.json` or `.json.gz`) into a dict; raise TraceError on bad input."""
+def read_trace(path: str | os.PathLike) -> DecodedTrace:
+    """Read and decode one Kineto trace (`.json` or `.json.gz`); raise TraceError on bad input."""
     path = Path(path)
     name = path.name
     try:
@@ -100,23 +89,26 @@ def read_trace(path: str | os.PathLike) -> dict:
         if not raw.strip():
             raise TraceError(f"{name}: empty trace (gzip holds no data)")
     try:
-        doc = _loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        decoded = decode(raw)
+    except DecodeError as exc:
         raise TraceError(f"{name}: not valid JSON ({str(exc)[:120]}); truncated or corrupt trace") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(f"{name}: not a Kineto/Chrome trace (no 'traceEvents' list)")
-    if not doc["traceEvents"]:
+    except ShapeError:
+        raise TraceError(f"{name}: not a Kineto/Chrome trace (no 'traceEvents' list)") from None
+    if not decoded.events:
         raise TraceError(f"{name}: trace holds no events")
-    return doc
+    return decoded
 
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
 
 
 def trace_meta(path: str | os.PathLike, doc: dict) -> TraceMeta:
-    """Rank, world size and backend of a trace; falls back to rank 0 (with a warning) without distributedInfo."""
+    """Rank, world size and backend of a trace (`doc`: its top-level keys); falls back to rank 0
+    (with a warning) without distributedInfo."""
     name = Path(path).name
     info = doc.get("distributedInfo") or {}
+    if not isinstance(info, dict):
+        info = {}
     warnings: list[str] = []
     rank = info.get("rank")
     from_trace = isinstance(rank, int) and not isinstance(rank, bool)

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from . import cache
+from .events import event_table
 from .load import TraceError, file_digest, read_trace, trace_meta
 from .timeline import RankTimeline, build_timeline
 
@@ -40,13 +41,13 @@ def analyze_rank(
         hit = cache.lookup(cache_dir, digest)
         if hit is not None:
             return _result(hit, trace_path, cached=True)
+    t0 = time.perf_counter()
     try:
-        doc = read_trace(trace_path)
+        decoded = read_trace(trace_path)
     except TraceError as exc:
         return {"ok": False, "path": str(trace_path), "error": str(exc)}
-    t0 = time.perf_counter()
-    box = [doc]
-    del doc  # _analyze_doc drops the raw events before HTA parses the file: one rank in memory at a time
+    box = [decoded]
+    del decoded  # _analyze_doc drops the decoded records once its event table is built
     with cache.EntryWriter(cache_dir, digest) as tmp:
         _analyze_doc(trace_path, box, digest, tmp)
     res = _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
@@ -62,13 +63,17 @@ def _result(d: Path, trace_path: Path, cached: bool) -> dict[str, Any]:
 
 
 def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
-    doc = box.pop()
-    tm = trace_meta(trace_path, doc)
-    tl = build_timeline(doc)
-    n_events = len(doc["traceEvents"])
-    del doc
+    decoded = box.pop()
+    tm = trace_meta(trace_path, decoded.meta)
+    n_events = len(decoded)
+    table = event_table(decoded)
+    meta_keys, skipped = decoded.meta, decoded.skipped
+    del decoded
+    tl = build_timeline(table)
     warnings = list(tm.warnings)
     name = trace_path.name
+    if skipped:
+        warnings.append(f"{name} (rank {tm.rank}): {skipped} entries of traceEvents are not JSON objects and were skipped")
 
     steps = _steps_table(tl)
     steps.to_parquet(out / "steps.parquet", index=False)
@@ -80,6 +85,7 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
     pd.DataFrame({"start_us": bs, "end_us": be}).to_parquet(out / "busy.parquet", index=False)
 
     gpu: dict[str, Any] = {"temporal": None, "overlap_pct": None}
+    loader = None
     if not tl.has_gpu:
         warnings.append(
             f"{name} (rank {tm.rank}): no GPU kernels in the trace (CPU-only run, e.g. gloo backend), so HTA's "
@@ -89,7 +95,8 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
         try:
             from .hta_rank import run_hta_rank
 
-            h = run_hta_rank(str(trace_path), tm.rank)
+            h = run_hta_rank(str(trace_path), tm.rank, table, meta_keys)
+            loader = h["loader"]
             row = h["temporal"].iloc[0].to_dict()
             gpu["temporal"] = {k: (None if isinstance(v, float) and math.isnan(v) else float(v)) for k, v in row.items() if k != "rank"}
             gpu["overlap_pct"] = h["overlap_pct"]
@@ -121,6 +128,7 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
         "gpu_memory_total_bytes": total_mem,
         "gpu_memory_peak_bytes": tl.memory_peak_bytes,
         "n_events": n_events,
+        "hta_loader": loader,
         "warnings": warnings,
         **gpu,
     }

@@ -1,4 +1,4 @@
-"""Per-rank timeline built from one raw trace: main host thread, GPU activity, interval algebra.
+"""Per-rank timeline built from one trace's event table: main host thread, GPU activity, interval algebra.
 
 The straggler cause needs to know what a rank did in a time window (waiting for data, CPU work,
 un-annotated host gaps, GPU compute, memory copies). We precompute merged interval sets once per
@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 DATA_RE = re.compile(r"(^hpcprof\.data$)|DataLoader|dataloader")
@@ -103,106 +104,121 @@ def _coll_kind_from_kernel(name: str) -> str:
     return m.group(1) if m else name.split("(")[0]
 
 
-def build_timeline(doc: dict) -> RankTimeline:
-    events = doc["traceEvents"]
-    step_ev: dict = {}
-    tid_count: dict = {}
-    host = []  # (tid, ts, end, name, cat)
-    gpu = []  # (ts, end, name, cat, args)
-    gloo = []  # (tid, ts, end, kind)
-    enqueue = []  # c10d::X_ ops (main-thread collective launches): (tid, ts, name)
-    mem_peak = None
-    for e in events:
-        if not isinstance(e, dict):
-            continue
-        ph = e.get("ph")
-        name = e.get("name")
-        if ph == "i" and name == "[memory]":
-            a = e.get("args") or {}
-            v = a.get("Total Allocated")
-            if isinstance(v, (int, float)) and a.get("Device Type", 1) != 0:
-                mem_peak = v if mem_peak is None else max(mem_peak, v)
-            continue
-        if ph != "X" or not isinstance(name, str):
-            continue
-        ts = e.get("ts")
-        dur = e.get("dur", 0)
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
-            continue
-        ts = float(ts)
-        end = ts + float(dur)
-        cat = e.get("cat")
-        if cat in GPU_CATS:
-            gpu.append((ts, end, name, cat, e.get("args") or {}))
-            continue
-        if cat not in HOST_CATS:
-            continue
-        tid = e.get("tid")
-        m = STEP_RE.match(name)
-        if m:
-            step_ev.setdefault(tid, []).append((int(m.group(1)), ts, end))
-            continue
-        tid_count[tid] = tid_count.get(tid, 0) + 1
-        g = GLOO_RE.match(name)
-        if g:
-            gloo.append((tid, ts, end, g.group(1), e.get("args") or {}))
-            continue
-        if name.startswith("c10d::"):
-            enqueue.append((tid, ts, name))
-        host.append((tid, ts, end, name, cat))
+def _matches(names: pd.Series, test) -> np.ndarray:
+    """`test(name)` (a compiled pattern's match or search) for each name, evaluated once per distinct name."""
+    codes, uniq = pd.factorize(names, use_na_sentinel=True)
+    hit = np.array([bool(test(u)) if isinstance(u, str) else False for u in uniq] + [False])
+    return hit[codes]  # code -1 (missing name) picks the trailing False
 
+
+def _numeric(col: pd.Series) -> np.ndarray:
+    if col.dtype.kind in "if":
+        return col.to_numpy(dtype=float)
+    return pd.to_numeric(col.where(col.map(lambda v: not isinstance(v, bool))), errors="coerce").to_numpy(dtype=float)
+
+
+def build_timeline(ev: pd.DataFrame) -> RankTimeline:
+    """Timeline of one rank from its event table (hpcprof.analysis.events.event_table).
+
+    Complete events (`ph` X) with a name and a numeric `ts` and `dur` are used: GPU categories as
+    GPU activity, host categories on the main thread (the thread holding most ProfilerStep#N
+    regions) as host activity; `gloo:<op>` host events are the CPU collectives. The GPU memory peak
+    is the largest "Total Allocated" of the `[memory]` instant events on a GPU (Device Type != 0).
+    """
+    n = len(ev)
+    col = ev.get
+    ph = col("ph", pd.Series([None] * n))
+    name = col("name", pd.Series([None] * n))
+    cat = col("cat", pd.Series([None] * n))
+
+    mem_peak = None
+    m = (ph == "i").to_numpy() & (name == "[memory]").to_numpy()
+    if m.any():
+        vals = [v for v, d in zip(ev["total_allocated"][m], ev["device_type"][m])
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and (d if d is not None else 1) != 0]
+        mem_peak = max(vals) if vals else None
+
+    ts = _numeric(col("ts", pd.Series([np.nan] * n)))
+    dur = _numeric(col("dur", pd.Series([np.nan] * n)))
+    is_str = name.map(lambda v: isinstance(v, str)).to_numpy(dtype=bool) if name.dtype == object else name.notna().to_numpy()
+    x = (ph == "X").to_numpy() & is_str & np.isfinite(ts) & np.isfinite(dur)
+    end = ts + dur
+    cat_v = cat.to_numpy(dtype=object)
+    is_gpu = x & np.isin(cat_v, list(GPU_CATS))
+    is_host = x & np.isin(cat_v, list(HOST_CATS))
+
+    tid = col("tid", pd.Series([None] * n)).to_numpy(dtype=object)
+    is_step = is_host & _matches(name, STEP_RE.match)
+    others = is_host & ~is_step
+    is_gloo = others & _matches(name, GLOO_RE.match)
+
+    names = name.to_numpy(dtype=object)
+    step_ev: dict = {}
+    for i in np.flatnonzero(is_step):
+        step_ev.setdefault(tid[i], []).append((int(STEP_RE.match(names[i]).group(1)), float(ts[i]), float(end[i])))
+    tid_count: dict = {}
+    for t in tid[others]:
+        tid_count[t] = tid_count.get(t, 0) + 1
     if step_ev:
         main_tid = max(step_ev, key=lambda t: len(step_ev[t]))
         steps = sorted(step_ev[main_tid])
     else:
         main_tid = max(tid_count, key=tid_count.get) if tid_count else None
         steps = []
-    mh = [h for h in host if h[0] == main_tid]
-    host_all = Intervals([h[1] for h in mh], [h[2] for h in mh])
-    oh = [h for h in mh if h[4] == "cpu_op"]
-    host_ops = Intervals([h[1] for h in oh], [h[2] for h in oh])
-    dh = [h for h in mh if DATA_RE.search(h[3])]
-    host_data = Intervals([h[1] for h in dh], [h[2] for h in dh])
 
-    comp, mem, comm = [], [], []
+    main = others & ~is_gloo & np.array([t == main_tid for t in tid], dtype=bool)
+    host_all = Intervals(ts[main], end[main])
+    ops = main & (cat_v == "cpu_op")
+    host_ops = Intervals(ts[ops], end[ops])
+    data = main & _matches(name, DATA_RE.search)
+    host_data = Intervals(ts[data], end[data])
+
+    comm = is_gpu & _matches(name, NCCL_RE.match)
+    memory = is_gpu & ~comm & (_matches(name, MEMORY_RE.match) | np.isin(cat_v, ["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"]))
+    comp = is_gpu & ~comm & ~memory
+
+    def group(i: int, fallback: str) -> str:
+        pg = ev["pg_name"].iat[i]
+        if pg is not None:
+            return str(pg)
+        return str(fallback)
+
+    def seq(i: int):
+        v = ev["seq_upper"].iat[i]
+        return v if v is not None else ev["seq_lower"].iat[i]
+
     collectives = []
-    for ts, end, name, cat, args in gpu:
-        if NCCL_RE.match(name):
-            comm.append((ts, end))
-            collectives.append(
-                {
-                    "kind": _coll_kind_from_kernel(name),
-                    "name": name,
-                    "group": str(args.get("Process Group Name", args.get("stream", "default"))),
-                    "seq": args.get("Seq", args.get("seq")),
-                    "arrival_us": ts,
-                    "end_us": end,
-                    "source": "gpu",
-                }
-            )
-        elif MEMORY_RE.match(name) or cat in ("gpu_memcpy", "Memcpy", "gpu_memset", "Memset"):
-            mem.append((ts, end))
-        else:
-            comp.append((ts, end))
-    if not gpu:
+    stream = ev["stream"].to_numpy(dtype=object)
+    for i in np.flatnonzero(comm):
+        collectives.append(
+            {
+                "kind": _coll_kind_from_kernel(names[i]),
+                "name": names[i],
+                "group": group(i, stream[i] if ev["has_args"].iat[i] else "default"),
+                "seq": seq(i),
+                "arrival_us": float(ts[i]),
+                "end_us": float(end[i]),
+                "source": "gpu",
+            }
+        )
+    if not is_gpu.any():
         # CPU-only (gloo): the collective runs on the gloo worker thread as `gloo:<op>`; it starts when
         # this rank is ready (its enqueue has happened and the previous collective finished) and ends
         # when the data from the slowest peer arrived.
-        for tid, ts, end, kind, args in sorted(gloo, key=lambda g: g[1]):
+        idx = np.flatnonzero(is_gloo)
+        for i in idx[np.argsort(ts[idx], kind="stable")]:
+            kind = GLOO_RE.match(names[i]).group(1)
             collectives.append(
                 {
                     "kind": kind,
                     "name": f"gloo:{kind}",
-                    "group": str(args.get("Process Group Name", "default")),
-                    "seq": args.get("Seq", args.get("seq")),
-                    "arrival_us": ts,
-                    "end_us": end,
+                    "group": group(i, "default"),
+                    "seq": seq(i),
+                    "arrival_us": float(ts[i]),
+                    "end_us": float(end[i]),
                     "source": "cpu",
                 }
             )
-
-    def iv(lst):
-        return Intervals([x[0] for x in lst], [x[1] for x in lst])
 
     return RankTimeline(
         main_tid=main_tid,
@@ -210,10 +226,10 @@ def build_timeline(doc: dict) -> RankTimeline:
         host_all=host_all,
         host_ops=host_ops,
         host_data=host_data,
-        gpu_compute=iv(comp),
-        gpu_memory=iv(mem),
-        gpu_comm=iv(comm),
-        has_gpu=bool(gpu),
+        gpu_compute=Intervals(ts[comp], end[comp]),
+        gpu_memory=Intervals(ts[memory], end[memory]),
+        gpu_comm=Intervals(ts[comm], end[comm]),
+        has_gpu=bool(is_gpu.any()),
         collectives=collectives,
         memory_peak_bytes=mem_peak,
     )

@@ -1,0 +1,204 @@
+"""Decode one Kineto trace ONCE into a columnar event table (parsing only; no analysis here).
+
+Why: HTA's loader spends most of its time in per-row pandas `apply` calls after `json.loads`, and
+our own timeline used to walk the raw dicts a second time. Here the JSON is decoded with msgspec
+straight into small typed records that keep only the fields any analysis reads (the event's
+top-level keys and the handful of `args` HTA's default parser config keeps, plus the ones the
+straggler analysis needs), and then turned into one pandas table with one column per field. Both
+HTA's per-rank frame (`hta_frame.py`) and our timeline (`timeline.py`) are built from that table.
+
+Missing keys: a top-level key an event does not have is NaN in its column, exactly as in
+`pandas.DataFrame(traceEvents)` (what HTA builds); an `args` key an event does not have holds the
+default HTA's parser gives it (for example `stream` -1), or None for our own keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import pandas as pd
+
+NAN = math.nan
+
+# HTA's default ParserConfig args (name in HTA's frame, key in the trace, default): checked against
+# the installed HTA by hta_frame.fast_path_problem(), which falls back to HTA's own loader if they differ.
+HTA_ARGS = (
+    ("stream", "stream", -1),
+    ("correlation", "correlation", -1),
+    ("bytes", "bytes", -1),
+    ("memory_bw_gbps", "memory bandwidth (GB/s)", 0.0),
+    ("wait_on_stream", "wait_on_stream", -1),
+    ("wait_on_cuda_event_record_corr_id", "wait_on_cuda_event_record_corr_id", -1),
+    ("input_dims", "Input Dims", "-1"),
+    ("input_type", "Input type", "-1"),
+    ("input_strides", "Input Strides", "-1"),
+    ("external_id", "External id", -1),
+)
+# args the straggler analysis and the memory figure read (column name, key in the trace)
+OWN_ARGS = (
+    ("pg_name", "Process Group Name"),
+    ("seq_upper", "Seq"),
+    ("seq_lower", "seq"),
+    ("total_allocated", "Total Allocated"),
+    ("device_type", "Device Type"),
+)
+TOP_LEVEL = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "s")
+# top-level trace keys kept as metadata (everything Kineto writes besides traceEvents)
+META_KEYS = (
+    "schemaVersion",
+    "deviceProperties",
+    "distributedInfo",
+    "record_shapes",
+    "with_stack",
+    "with_modules",
+    "with_flops",
+    "profile_memory",
+    "cuda_runtime_version",
+    "cuda_driver_version",
+    "cupti_version",
+    "trace_id",
+    "host_name",
+    "displayTimeUnit",
+    "baseTimeNanoseconds",
+    "traceName",
+)
+
+
+class _Args(msgspec.Struct, gc=False):
+    stream: Any = -1
+    correlation: Any = -1
+    bytes: Any = -1
+    memory_bw_gbps: Any = msgspec.field(default=0.0, name="memory bandwidth (GB/s)")
+    wait_on_stream: Any = -1
+    wait_on_cuda_event_record_corr_id: Any = -1
+    input_dims: Any = msgspec.field(default="-1", name="Input Dims")
+    input_type: Any = msgspec.field(default="-1", name="Input type")
+    input_strides: Any = msgspec.field(default="-1", name="Input Strides")
+    external_id: Any = msgspec.field(default=-1, name="External id")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    seq_upper: Any = msgspec.field(default=None, name="Seq")
+    seq_lower: Any = msgspec.field(default=None, name="seq")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = NAN
+    cat: Any = NAN
+    name: Any = NAN
+    pid: Any = NAN
+    tid: Any = NAN
+    ts: Any = NAN
+    dur: Any = NAN
+    id: Any = NAN
+    bp: Any = NAN
+    s: Any = NAN
+    args: _Args | None = None  # None: the event has no args (or they are null)
+
+
+class _Doc(msgspec.Struct):
+    traceEvents: list[_Event]
+    schemaVersion: Any = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    record_shapes: Any = None
+    with_stack: Any = None
+    with_modules: Any = None
+    with_flops: Any = None
+    profile_memory: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    cupti_version: Any = None
+    trace_id: Any = None
+    host_name: Any = None
+    displayTimeUnit: Any = None
+    baseTimeNanoseconds: Any = None
+    traceName: Any = None
+
+
+_TYPED = msgspec.json.Decoder(_Doc)
+
+
+class DecodeError(ValueError):
+    """The bytes are not a JSON document (message from the decoder, with its position)."""
+
+
+class ShapeError(ValueError):
+    """Valid JSON but not a Kineto/Chrome trace (no traceEvents list of objects)."""
+
+
+@dataclass
+class DecodedTrace:
+    """One trace, decoded: its metadata (top-level keys) and its events as typed records."""
+
+    meta: dict[str, Any]
+    events: list  # of _Event
+    skipped: int = 0  # entries of traceEvents that are not JSON objects (dropped)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+
+def decode(raw: bytes) -> DecodedTrace:
+    """Decode a trace's JSON bytes. Raises DecodeError (not JSON) or ShapeError (not a trace)."""
+    try:
+        doc = _TYPED.decode(raw)
+    except msgspec.ValidationError:
+        return _decode_loose(raw)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(str(exc)) from None
+    meta = {k: getattr(doc, k) for k in META_KEYS if getattr(doc, k) is not None}
+    return DecodedTrace(meta=meta, events=doc.traceEvents)
+
+
+def _decode_loose(raw: bytes) -> DecodedTrace:
+    """Slow path for documents the typed decoder refuses: generic decode, then keep what is usable."""
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:  # pragma: no cover - the typed decoder saw valid JSON
+        raise DecodeError(str(exc)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ShapeError("no 'traceEvents' list")
+    events = []
+    skipped = 0
+    for e in doc["traceEvents"]:
+        if not isinstance(e, dict):
+            skipped += 1
+            continue
+        a = e.get("args")
+        # HTA gives every kept arg its default when args is not a dict; keep "the event has args"
+        args = msgspec.convert(a, _Args, strict=False) if isinstance(a, dict) else (_NO_ARGS if a is not None else None)
+        events.append(_Event(**{k: e[k] for k in TOP_LEVEL if k in e}, args=args))
+    meta = {k: doc[k] for k in META_KEYS if doc.get(k) is not None}
+    return DecodedTrace(meta=meta, events=events, skipped=skipped)
+
+
+def event_table(decoded: DecodedTrace) -> pd.DataFrame:
+    """One row per event (in trace order, index = position), one column per top-level key that
+    occurs in the trace, plus one column per kept `args` key (HTA's and ours) and `has_args`.
+
+    Column dtypes are inferred by pandas from the values, as `pandas.DataFrame(traceEvents)` does.
+    """
+    ev = decoded.events
+    cols: dict[str, Any] = {}
+    for key in TOP_LEVEL:
+        values = [getattr(e, key) for e in ev]
+        col = pd.Series(values)
+        if col.isna().all() and not any(v is None for v in values):
+            continue  # the key never occurs (HTA's frame has no such column)
+        cols[key] = col
+    args = [e.args for e in ev]
+    has_args = [a is not None for a in args]
+    args = [_NO_ARGS if a is None else a for a in args]
+    for name, _key, _default in HTA_ARGS:
+        cols[name] = pd.Series([getattr(a, name) for a in args])
+    for name, _key in OWN_ARGS:
+        cols[name] = pd.Series([getattr(a, name) for a in args], dtype=object)
+    cols["has_args"] = pd.Series(has_args, dtype=bool)
+    return pd.DataFrame(cols)

@@ -1,0 +1,187 @@
+"""Build HTA's per-rank trace frame from our event table, vectorised, and wrap it in HTA's `Trace`.
+
+HTA 0.5's `parse_trace_file` builds the frame with `json.loads`, `pandas.DataFrame(traceEvents)`
+and then several per-row `apply` calls (args extraction, stream normalisation, symbol encoding, the
+iteration column), which is most of its load time. This module produces the same frame from the
+table `events.event_table` already decoded for our timeline: the same rows (events with `dur` and
+`cat`, without `cat == "Trace"`), the same index labels and columns, the same values. Every step
+is named after the HTA function it replaces; the steps HTA does with whole-column operations
+(`transform_correlation_to_index`, `add_fwd_bwd_links`, aligning and filtering the trace) are
+HTA's own functions called on our frame. tests/analysis/test_hta_equality.py checks the frame
+column by column against HTA's own loader on the shared traces, and the analyses' numbers against
+`TraceAnalysis`.
+
+Only symbol ids differ: HTA numbers symbols in `set` iteration order, which changes with Python's
+string hashing from one process to the next; we number them in order of first appearance (cat
+column, then name). No analysis depends on the ids, only on the names behind them.
+
+Traces the fast path does not mirror (another HTA version or default parser config, hardware
+counter ranges `cuda_profiler_range`, no `args` at all) go through HTA's own loader instead:
+`fast_path_problem()` says why.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .events import HTA_ARGS, OWN_ARGS
+
+MIRRORED_HTA = "0.5."  # the HTA release whose parse_trace_file this module mirrors
+_DROP = ("ph", "id", "bp", "s")
+_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+
+
+def fast_path_problem(table: pd.DataFrame | None = None) -> str | None:
+    """Why HTA's own loader must be used instead of this module (None: the fast path applies)."""
+    from importlib.metadata import version
+
+    from hta.configs.parser_config import ParserBackend, ParserConfig
+
+    v = version("HolisticTraceAnalysis")
+    if not v.startswith(MIRRORED_HTA):
+        return f"HolisticTraceAnalysis {v} is installed; the fast loader mirrors {MIRRORED_HTA}x"
+    cfg = ParserConfig.get_default_cfg()
+    ours = [(n, raw, d) for n, raw, d in HTA_ARGS]
+    theirs = [(a.name, a.raw_name, a.default_value) for a in cfg.get_args()]
+    if ours != theirs or cfg.parse_all_args or cfg.parser_backend not in (None, ParserBackend.JSON):
+        return "HTA's default parser configuration was changed"
+    if table is not None:
+        if not table["has_args"].any():
+            return "no event has args"
+        for col in ("ts", "dur", "cat", "name"):
+            if col not in table.columns:
+                return f"no event has '{col}'"
+        if table["cat"].eq("cuda_profiler_range").any():
+            return "the trace holds hardware counter ranges (cuda_profiler_range)"
+    return None
+
+
+def _round_down_time_stamps(df: pd.DataFrame) -> None:
+    """hta.common.trace_parser.round_down_time_stamps, vectorised (ceil the start, floor the end)."""
+    from hta.configs import env_options
+
+    if df["ts"].dtype != np.dtype("float64") or env_options.disable_ns_rounding():
+        return
+
+    def exact(values: pd.Series, fn) -> pd.Series:
+        out = fn(values.to_numpy(dtype="float64"))
+        if values.isna().any():
+            return pd.Series(out, index=values.index)
+        return pd.Series(out.astype("int64"), index=values.index)
+
+    end = df["ts"] + df["dur"]
+    df["end"] = end
+    df["ts"] = exact(df["ts"], np.ceil)
+    df["end"] = exact(df["end"], np.floor)
+    df["dur"] = df["end"] - df["ts"]
+
+
+def _normalize_stream(col: pd.Series) -> pd.Series:
+    """hta.utils.utils.normalize_gpu_stream_numbers: int(x), or -1 where int() raises ValueError."""
+    if col.dtype.kind == "i":
+        return col.astype("int64")
+
+    def one(x: Any) -> int:
+        try:
+            return int(x)
+        except ValueError:
+            return -1
+
+    return pd.Series([one(x) for x in col.to_numpy(dtype=object)], index=col.index, dtype="int64")
+
+
+def _compress(df: pd.DataFrame):
+    """hta.common.trace_parser._compress_df for HTA's default parser config."""
+    from hta.common.trace_symbol_table import TraceSymbolTable
+
+    keep = df["dur"].notna() & df["cat"].notna()
+    keep &= df["cat"].ne("Trace").fillna(True)
+    df = df.loc[keep]
+    df = df.drop(columns=[c for c in _DROP if c in df.columns] + [n for n, _ in OWN_ARGS] + ["has_args"])
+    # HTA builds each args column with Series.apply over the kept rows; rebuild them from the kept
+    # values so that pandas infers the column type from exactly those rows.
+    for name, _raw, _default in HTA_ARGS:
+        col = df[name]
+        if col.dtype == object:
+            df[name] = pd.Series(col.tolist(), index=col.index)
+    df["stream"] = _normalize_stream(df["stream"])
+
+    table = TraceSymbolTable()
+    table.add_symbols(pd.unique(pd.concat([df["cat"], df["name"]], ignore_index=True)))
+    ids = table.get_sym_id_map()
+    for col in ("cat", "name"):
+        df[col] = df[col].map(ids).astype("int64")
+    for col in df.columns:
+        if df[col].dtype.kind == "i":
+            df[col] = pd.to_numeric(df[col], errors="coerce", downcast="integer")
+    return df, table
+
+
+def _add_iteration(df: pd.DataFrame, table) -> None:
+    """hta.common.trace.add_iteration, vectorised with the same rules: a CPU event (stream < 0) takes
+    the number of the last ProfilerStep (in trace order) whose [ts, ts + dur) holds its start; a GPU
+    event (stream > 0) takes the iteration of the CPU event it is correlated with, -1 if none."""
+    sym = table.get_sym_table()
+    step_ids = [i for i, s in enumerate(sym) if s.startswith("ProfilerStep")]
+    steps = df.loc[df["name"].isin(step_ids), ["ts", "dur", "name"]]
+    ts = df["ts"].to_numpy()
+    cpu_iter = np.full(len(df), -1.0)
+    for s0, d, n in zip(steps["ts"].to_numpy(), steps["dur"].to_numpy(), steps["name"].to_numpy()):
+        cpu_iter[(ts >= s0) & (ts < s0 + d)] = int(_STEP.match(sym[n]).group(1))
+    stream = df["stream"].to_numpy()
+    it = np.where(stream < 0, cpu_iter, np.nan)
+    gpu = stream > 0
+    if gpu.any():
+        corr = df["index_correlation"].to_numpy()
+        linked = gpu & (corr > 0)
+        pos = df.index.get_indexer(corr[linked])
+        if (pos < 0).any():
+            raise KeyError("index_correlation points to an event that is not in the frame")
+        gpu_iter = np.full(len(df), -1.0)
+        gpu_iter[linked] = it[pos]
+        it = np.where(gpu, gpu_iter, it)
+    df["iteration"] = pd.to_numeric(pd.Series(it, index=df.index), downcast="integer")
+
+
+def hta_frame(table: pd.DataFrame):
+    """HTA's per-rank frame and symbol table, as `parse_trace_file` returns them (before the Trace
+    aligns and filters it). `table` is not modified."""
+    from hta.common.trace import add_fwd_bwd_links, transform_correlation_to_index
+
+    df = table.copy()
+    _round_down_time_stamps(df)
+    df.insert(0, "index", pd.to_numeric(pd.Series(np.arange(len(df)), index=df.index), downcast="integer"))
+    df, symbols = _compress(df)
+    add_fwd_bwd_links(df)
+    df = transform_correlation_to_index(df, symbols)
+    _add_iteration(df, symbols)
+    df["end"] = df["ts"] + df["dur"]
+    return df, symbols
+
+
+def hta_trace(trace_path: str, rank: int, table: pd.DataFrame, meta: dict[str, Any]):
+    """A `hta.common.trace.Trace` holding this one rank, loaded as `Trace.load_traces(
+    include_last_profiler_step=False)` would load it, ready for HTA's analyzers."""
+    import os
+
+    from hta.common.trace import Trace
+
+    df, symbols = hta_frame(table)
+    t = Trace(trace_files={rank: os.path.abspath(trace_path)}, trace_dir=os.path.dirname(os.path.abspath(trace_path)))
+    t.traces = {rank: df}
+    t.meta_data = {rank: dict(meta)}
+    t.symbol_table = symbols
+    t.align_and_filter_trace(include_last_profiler_step=False)
+    for r, frame in t.traces.items():
+        frame = frame.set_index("index", drop=False)
+        frame.index.names = [None]
+        t.traces[r] = frame
+    t.is_parsed = True
+    return t
+
+
+__all__ = ["MIRRORED_HTA", "fast_path_problem", "hta_frame", "hta_trace"]

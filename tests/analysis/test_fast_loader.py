@@ -1,0 +1,95 @@
+"""The fast loader (one msgspec decode, HTA's frame built vectorised) gives HTA's own frame.
+
+HTA's `Trace.load_traces` on one file is the reference: same rows, index, columns, dtypes and
+values, with symbol ids decoded to names (HTA numbers symbols in hash order, which changes from one
+process to the next). The per-rank analyses' numbers are checked against `TraceAnalysis` in
+test_hta_equality.py; this test pins the frame they run on, for every shared real trace and for a
+CPU trace of this machine's own runs (float timestamps: HTA's nanosecond rounding path).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pandas as pd
+import pytest
+
+from hpcprof.analysis import events, hta_frame
+from hpcprof.analysis.load import read_trace
+
+from .conftest import TRACES
+
+
+def _shared_trace_files():
+    if not TRACES.is_dir():
+        return []
+    return sorted(p for p in TRACES.glob("*/*") if p.name.endswith((".json", ".json.gz")))
+
+
+def _decoded_frame(t) -> pd.DataFrame:
+    df = t.get_trace(next(iter(t.traces))).copy()
+    sym = t.symbol_table.get_sym_table()
+    for col in ("cat", "name"):
+        df[col] = df[col].map(lambda i: sym[i])
+    return df.sort_index()
+
+
+def _hta_reference(path: str):
+    from hta.common.trace import Trace
+
+    logging.getLogger("hta").setLevel(logging.ERROR)
+    path = os.path.abspath(path)
+    t = Trace(trace_files={0: path}, trace_dir=os.path.dirname(path))
+    t.load_traces(include_last_profiler_step=False, use_multiprocessing=False)
+    return t
+
+
+def assert_same_frame(path) -> None:
+    decoded = read_trace(path)
+    table = events.event_table(decoded)
+    assert hta_frame.fast_path_problem(table) is None
+    ours = _decoded_frame(hta_frame.hta_trace(str(path), 0, table, decoded.meta))
+    ref = _decoded_frame(_hta_reference(str(path)))
+    assert sorted(ours.columns) == sorted(ref.columns)
+    assert ours.index.equals(ref.index), "different rows"
+    for col in ref.columns:
+        assert ours[col].dtype == ref[col].dtype, f"{col}: {ours[col].dtype} != HTA's {ref[col].dtype}"
+        pd.testing.assert_series_equal(ours[col], ref[col], check_names=False, obj=f"column {col}")
+
+
+@pytest.mark.parametrize("path", _shared_trace_files(), ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
+def test_fast_frame_equals_hta_on_shared_traces(path):
+    assert_same_frame(path)
+
+
+def test_fast_frame_equals_hta_on_a_cpu_trace(cpu_run):
+    files = sorted((cpu_run / "traces").glob("*.json*"))
+    assert files
+    assert_same_frame(files[0])
+
+
+def test_counter_ranges_fall_back_to_hta_loader(tmp_path, helpers):
+    """A trace the fast path does not mirror (hardware counter ranges) is loaded by HTA itself."""
+    src = sorted((helpers.require(TRACES / "param_dlrm_8x_v100")).glob("*.json.gz"))[0]
+    doc = helpers.load_trace(src)
+    doc["traceEvents"].append({"ph": "X", "cat": "cuda_profiler_range", "name": "range", "pid": 0, "tid": 0, "ts": 1, "dur": 1, "args": {"sm__cycles": 5}})
+    p = helpers.write_trace(tmp_path / "rank0.json.gz", doc)
+    decoded = read_trace(p)
+    table = events.event_table(decoded)
+    assert "cuda_profiler_range" in hta_frame.fast_path_problem(table)
+    from hpcprof.analysis.hta_rank import load_hta_trace
+
+    _, loader = load_hta_trace(str(p), 0, table, decoded.meta)
+    assert loader == "hta"
+
+
+def test_non_object_events_are_skipped_and_counted(tmp_path, helpers):
+    src = sorted((helpers.require(TRACES / "param_dlrm_8x_v100")).glob("*.json.gz"))[0]
+    doc = helpers.load_trace(src)
+    n = len(doc["traceEvents"])
+    doc["traceEvents"][5:5] = [7, "x", None]
+    doc["traceEvents"][0]["args"] = ["not", "a", "dict"]
+    decoded = read_trace(helpers.write_trace(tmp_path / "odd.json.gz", doc))
+    assert decoded.skipped == 3
+    assert len(decoded) == n
