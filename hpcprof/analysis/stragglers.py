@@ -25,14 +25,21 @@ Definitions (also in docs/analysis.md):
   mean of everyone's idle time (about the others' waiting); on shared cores a rank that sleeps
   frees its core for the others, and the cost is the real slowdown, not the others' waiting.
   Reported as the mean over profiled steps (the median as cost_ms_per_step_median).
-- straggler: a rank whose cost per step is above threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD x
-  median step time), at least DOMINANCE x the median cost of the other ranks, and persistent (not
-  scheduling noise that moves from rank to rank): it inflicts more than the threshold in at least
-  MIN_STEP_SHARE of the profiled steps, or it is the top inflictor and its own time in the cause
-  category exceeds the other ranks' by more than the threshold in at least OWN_EXCESS_SHARE of the
-  steps (on shared cores the waits it causes blur from step to step; its own excess does not). Flagged ranks are ordered by
-  the waiting they inflict, those with a cause before those without one ("unknown": no excess of its own, most likely
-  lateness inherited from another straggler). A healthy run flags nobody.
+- straggler: a rank flagged in either of two ways.
+  (a) by the waiting it inflicts: above threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD x median
+      step time), at least DOMINANCE x the median of the other ranks, and persistent (not
+      scheduling noise that moves from rank to rank): above the threshold in at least
+      MIN_STEP_SHARE of the profiled steps, or it is the top inflictor and its own excess (below)
+      is above the threshold in at least OWN_EXCESS_SHARE of the steps;
+  (b) by an excess of its own that the others notice: its time in one cause category exceeds the
+      other ranks' by more than the threshold in at least OWN_EXCESS_SHARE of the steps, and the
+      others wait for it (more than NOISE_FLOOR_MS) in at least MIN_STEP_SHARE of the steps. On
+      shared cores a rank that sleeps frees its core, the others compute faster meanwhile, and the
+      waits it causes shift onto whichever rank then finishes its CPU work last; its own excess
+      does not move. A healthy run flags nobody.
+  Flagged ranks are ordered: those with a cause first ("unknown": no excess of its own, most likely
+  lateness inherited from another straggler or from sharing cores with it), then by their own
+  excess in their cause category (the time the rank itself lost), then by the waiting they inflict.
 - cause: per profiled step, the time s spent in each category (data loading, un-annotated host gap,
   CPU work, GPU compute, memory copies) minus the median of the other ranks in the same step; the
   category with the largest median excess over steps. Without step markers: the same comparison
@@ -278,19 +285,20 @@ def analyze_collectives(
     total_infl = float(per_step["wait_inflicted_ms"].sum()) or 1.0
     threshold = max(NOISE_FLOOR_MS, REL_THRESHOLD * (step_ms or 0.0))
     top_share = (per_step["wait_inflicted_ms"] > threshold).groupby(per_step["rank"]).sum() / n_steps
+    noticed_share = (per_step["wait_inflicted_ms"] > NOISE_FLOOR_MS).groupby(per_step["rank"]).sum() / n_steps
     stragglers = []
     order = cost.sort_values(ascending=False)
     have_steps = steps_trace is not None and not steps_trace.empty
     for r, c in order.items():
         share = float(top_share.get(r, 0.0))
         others = float(order.drop(r).median()) if len(order) > 1 else 0.0
-        if c < threshold or c < DOMINANCE * others:
-            continue
         cause, excess, own_share = _cause_steps(steps_trace, int(r), threshold) if have_steps else (None, None, 0.0)
-        # persistent: the others wait for it in most steps, or it is the top inflictor and has an
-        # excess of its own above the threshold in most steps (waits blur when cores are shared)
-        persistent = share >= MIN_STEP_SHARE or (r == order.index[0] and cause not in (None, "unknown") and own_share >= OWN_EXCESS_SHARE)
-        if not persistent:
+        own = cause not in (None, "unknown") and own_share >= OWN_EXCESS_SHARE
+        # (a) by the waiting it inflicts, persistent over steps
+        by_wait = c >= threshold and c >= DOMINANCE * others and (share >= MIN_STEP_SHARE or (r == order.index[0] and own))
+        # (b) by a persistent excess of its own that the others notice
+        by_own = own and float(noticed_share.get(r, 0.0)) >= MIN_STEP_SHARE
+        if not (by_wait or by_own):
             continue
         if cause is None:
             cause, excess = _cause(df, per_coll, int(r))
@@ -318,9 +326,9 @@ def analyze_collectives(
             }
         )
     # a flagged rank with no excess of its own in any category (cause "unknown") most likely inherits
-    # its lateness from another straggler (e.g. it shares cores with it): list it after those with a cause
-    # Order: who the others wait for most (the measure that flags), those with a cause first.
-    stragglers.sort(key=lambda x: (x["cause"] == "unknown", -x["blocked_wait_ms_per_step"]))
+    # its lateness from another straggler (e.g. it shares cores with it): list it after those with a
+    # cause; then the largest own excess first (see the module docstring)
+    stragglers.sort(key=lambda x: (x["cause"] == "unknown", -x["cause_excess_ms_per_step"].get(x["cause"], 0.0), -x["blocked_wait_ms_per_step"]))
     return per_coll, per_step, stragglers, offsets
 
 
