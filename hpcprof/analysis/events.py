@@ -125,6 +125,10 @@ class _Doc(msgspec.Struct):
 _TYPED = msgspec.json.Decoder(_Doc)
 
 
+_EVENT_FIELDS = _Event.__struct_fields__
+_ARGS_FIELDS = _Args.__struct_fields__
+
+
 class DecodeError(ValueError):
     """The bytes are not a JSON document (message from the decoder, with its position)."""
 
@@ -187,18 +191,19 @@ def event_table(decoded: DecodedTrace) -> pd.DataFrame:
     """
     ev = decoded.events
     cols: dict[str, Any] = {}
+    # transpose records into columns in C (astuple + zip) rather than one getattr per field and event
+    top = dict(zip(_EVENT_FIELDS, zip(*map(msgspec.structs.astuple, ev))))
     for key in TOP_LEVEL:
-        values = [getattr(e, key) for e in ev]
+        values = top[key]
         col = pd.Series(values)
         if col.isna().all() and not any(v is None for v in values):
             continue  # the key never occurs (HTA's frame has no such column)
         cols[key] = col
-    args = [e.args for e in ev]
-    has_args = [a is not None for a in args]
-    args = [_NO_ARGS if a is None else a for a in args]
+    has_args = [a is not None for a in top["args"]]
+    args = dict(zip(_ARGS_FIELDS, zip(*map(msgspec.structs.astuple, (_NO_ARGS if a is None else a for a in top["args"])))))
     for name, _key, _default in HTA_ARGS:
-        cols[name] = pd.Series([getattr(a, name) for a in args])
+        cols[name] = pd.Series(args[name])
     for name, _key in OWN_ARGS:
-        cols[name] = pd.Series([getattr(a, name) for a in args], dtype=object)
+        cols[name] = pd.Series(args[name], dtype=object)
     cols["has_args"] = pd.Series(has_args, dtype=bool)
     return pd.DataFrame(cols)

@@ -6,6 +6,8 @@ task can run it. It never looks at other ranks; the reduce reads only what it wr
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
 import os
@@ -42,17 +44,36 @@ def analyze_rank(
         if hit is not None:
             return _result(hit, trace_path, cached=True)
     t0 = time.perf_counter()
-    try:
-        decoded = read_trace(trace_path)
-    except TraceError as exc:
-        return {"ok": False, "path": str(trace_path), "error": str(exc)}
-    box = [decoded]
-    del decoded  # _analyze_doc drops the decoded records once its event table is built
-    with cache.EntryWriter(cache_dir, digest) as tmp:
-        _analyze_doc(trace_path, box, digest, tmp)
+    with _gc_paused():
+        try:
+            decoded = read_trace(trace_path)
+        except TraceError as exc:
+            return {"ok": False, "path": str(trace_path), "error": str(exc)}
+        box = [decoded]
+        del decoded  # _analyze_doc drops the decoded records once its event table is built
+        with cache.EntryWriter(cache_dir, digest) as tmp:
+            _analyze_doc(trace_path, box, digest, tmp)
     res = _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
     res["parse_s"] = time.perf_counter() - t0
     return res
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause Python's cyclic garbage collector while one rank is decoded and analysed.
+
+    Decoding creates about a million objects; the collector would walk all of them again and again
+    as they are allocated (about 60% of the decode time, measured on a 20 MB rank), although
+    nothing here forms reference cycles: everything is freed by reference counting once the rank is
+    done. It is switched back on afterwards, as it was.
+    """
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _result(d: Path, trace_path: Path, cached: bool) -> dict[str, Any]:

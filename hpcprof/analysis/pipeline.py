@@ -9,7 +9,7 @@ import multiprocessing as mp
 import os
 import sys
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -196,13 +196,17 @@ def _inputs_key(src: Path, files: list[Path], ranks) -> tuple[dict, str]:
 
     from .load import file_digest
 
-    digests, parts = {}, [f"v{ANALYSIS_VERSION}", f"r{REDUCE_VERSION}", f"ranks={sorted(ranks) if ranks is not None else None}"]
-    for f in files:
+    def digest(f: Path) -> str:
         try:
-            digests[f] = file_digest(f)
+            return file_digest(f)
         except OSError:
-            digests[f] = "unreadable"
-        parts.append(f"{f.name}:{digests[f]}")
+            return "unreadable"
+
+    # hashlib releases the GIL on large blocks: hash the files on all cores
+    with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
+        digests = dict(zip(files, pool.map(digest, files)))
+    parts = [f"v{ANALYSIS_VERSION}", f"r{REDUCE_VERSION}", f"ranks={sorted(ranks) if ranks is not None else None}"]
+    parts += [f"{f.name}:{digests[f]}" for f in files]
     run = RunDir(src)
     extra = [run.steps_path(r) for r in run.step_ranks()]
     for p in extra + [run.manifest_path]:
@@ -279,9 +283,59 @@ def node_capacity(manifest: dict, device: str) -> dict:
     return out
 
 
-def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_size, warnings: list[str]) -> dict:
-    from . import plots as P  # matplotlib only when charts are drawn
+def _draw(chart: str, *args) -> None:
+    from . import plots
 
+    getattr(plots, chart)(*args)
+
+
+def _import_plots() -> None:
+    from . import plots  # noqa: F401  (matplotlib's import is about 1 s)
+
+
+class _Charts:
+    """Draws the PNG charts in forked processes started when the reduce begins, so that importing
+    matplotlib and rendering (each about 1 s at 16 ranks) overlap with the reduce's own work and
+    with each other. Where processes cannot be started, draws here. `wait()` raises what a chart
+    raised."""
+
+    def __init__(self) -> None:
+        self.pool = None
+        self.futs: list = []
+        n = min(2, os.cpu_count() or 1)
+        if n > 1 and "fork" in mp.get_all_start_methods():
+            try:
+                self.pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"))
+                self.futs = [self.pool.submit(_import_plots) for _ in range(n)]  # start them now
+            except OSError:
+                self.pool = None
+
+    def draw(self, chart: str, *args) -> None:
+        if self.pool is not None:
+            self.futs.append(self.pool.submit(_draw, chart, *args))
+        else:
+            _draw(chart, *args)
+
+    def wait(self) -> None:
+        futs, self.futs = self.futs, []
+        pool, self.pool = self.pool, None
+        try:
+            for f in futs:
+                f.result()
+        finally:
+            if pool is not None:
+                pool.shutdown()
+
+
+def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_size, warnings: list[str]) -> dict:
+    charts = _Charts()
+    try:
+        return _reduce(src, out, keep, manifest, world_size, warnings, charts)
+    finally:
+        charts.wait()
+
+
+def _reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_size, warnings: list[str], charts: "_Charts") -> dict:
     metas = {r: v["meta"] for r, v in keep.items()}
     nodes = {}
     for e in manifest.get("ranks", []) or []:
@@ -388,26 +442,27 @@ def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_si
     }
     if not jsonl.empty:
         tables["steps_all"] = jsonl
-    for name, df in tables.items():
-        _write(df if df is not None else pd.DataFrame(), tdir, name)
 
     # plots
     pdir = out / "plots"
     plots = {}
     flagged = {s["rank"] for s in strag}
     plots["stragglers"] = pdir / "stragglers.png"
-    P.straggler_chart(per_step, flagged, nodes, plots["stragglers"])
+    charts.draw("straggler_chart", per_step, flagged, nodes, plots["stragglers"])
     plots["idle"] = pdir / "idle_time.png"
-    P.idle_chart(per_rank, idle, steps_trace, nodes, plots["idle"])
+    charts.draw("idle_chart", per_rank, idle, steps_trace, nodes, plots["idle"])
     plots["step_heatmap"] = pdir / "step_time_heatmap.png"
     if not jsonl.empty:
-        P.step_heatmap(jsonl.assign(step_ms=jsonl["step_s"] * 1e3), "step_ms", "steps/*.jsonl, every step", nodes, plots["step_heatmap"])
+        charts.draw("step_heatmap", jsonl.assign(step_ms=jsonl["step_s"] * 1e3), "step_ms", "steps/*.jsonl, every step", nodes, plots["step_heatmap"])
     else:
-        P.step_heatmap(steps_trace, "dur_ms", "trace ProfilerStep durations", nodes, plots["step_heatmap"])
+        charts.draw("step_heatmap", steps_trace, "dur_ms", "trace ProfilerStep durations", nodes, plots["step_heatmap"])
     plots["overlap"] = pdir / "overlap.png"
-    P.overlap_chart(per_rank, nodes, plots["overlap"])
+    charts.draw("overlap_chart", per_rank, nodes, plots["overlap"])
     plots["kernel_types"] = pdir / "kernel_types.png"
-    P.kernel_chart(kb, plots["kernel_types"])
+    charts.draw("kernel_chart", kb, plots["kernel_types"])
+    # tables while the charts are drawn
+    for name, df in tables.items():
+        _write(df if df is not None else pd.DataFrame(), tdir, name)
 
     summary = {
         "run_name": manifest.get("name") or src.resolve().name,
@@ -439,6 +494,7 @@ def reduce(src: Path, out: Path, keep: dict[int, dict], manifest: dict, world_si
     }
     if device == "cpu":
         warnings.append("CPU-only run: GPU fields (idle/compute/non-compute %, overlap, kernel breakdown) are null because the traces hold no GPU kernels")
+    charts.wait()  # the report embeds the images
     write_report(out, _clean(summary), tables, plots)
     return summary
 

@@ -269,13 +269,12 @@ def analyze_collectives(
     per_step = pd.DataFrame(per_step_rows)
     # per collective: the blocked part of the others' waits (median) for the table
     if busy_al:
-        bw = []
-        for _, row in df.iterrows():
-            b = busy_al.get(int(row["rank"]))
-            if row["last_arrival"] > row["arrival"] and b is not None:
-                bw.append(float(row["last_arrival"] - row["arrival"] - b.covered(row["arrival"], row["last_arrival"])) / 1e3)
-            else:
-                bw.append(float(row["wait_ms"]))
+        bw = df["wait_ms"].to_numpy(dtype=float, copy=True)
+        arr, la, rk = df["arrival"].to_numpy(float), df["last_arrival"].to_numpy(float), df["rank"].to_numpy()
+        for r, b in busy_al.items():
+            m = (rk == r) & (la > arr)
+            if b is not None and m.any():
+                bw[m] = (la[m] - arr[m] - b.covered(arr[m], la[m])) / 1e3
         df["blocked_wait_ms"] = bw
         per_coll = per_coll.join(df[df["rank"] != df["last_rank"]].groupby("key")["blocked_wait_ms"].median().rename("blocked_inflicted_ms"), on="key")
 
