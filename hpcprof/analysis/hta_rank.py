@@ -1,9 +1,11 @@
 """HTA's own analyses on ONE rank's trace (the per-rank part of the map step).
 
-We give HTA a `Trace` holding only this rank's file and call the same analyzer class methods that
-`hta.trace_analysis.TraceAnalysis` calls, so per-rank numbers are HTA's numbers. The cross-rank
-kernel-type breakdown is reproduced in the reduce by summing the per-rank kernel-type times, exactly
-as `BreakdownAnalysis.get_gpu_kernel_breakdown` does across ranks.
+We give HTA a `Trace` holding only this rank and call the same analyzer class methods that
+`hta.trace_analysis.TraceAnalysis` calls, so per-rank numbers are HTA's numbers. The `Trace` is
+filled from our one decode of the file (hta_frame.py, same frame as HTA's loader) or, where that
+fast path does not apply, loaded by HTA itself. The cross-rank kernel-type breakdown is reproduced
+in the reduce by summing the per-rank kernel-type times, exactly as
+`BreakdownAnalysis.get_gpu_kernel_breakdown` does across ranks.
 """
 
 from __future__ import annotations
