@@ -1,6 +1,6 @@
 """Cross-rank reduce for collectives: clock alignment, matching, waits, stragglers with cost and cause.
 
-Definitions (also in docs/analysis.md):
+Definitions (also in README.md, "Numbers and definitions"):
 - arrival of rank r at a collective: the start of its collective work (GPU: the NCCL kernel's start;
   CPU/gloo: the start of `gloo:<op>` on the gloo thread, i.e. when r was ready to exchange data).
 - clock alignment: ranks on one host share a clock (offset 0). Across hosts, a collective ends on all

@@ -75,7 +75,7 @@ class RankTimeline:
     collectives: list[dict] = field(default_factory=list)
     memory_peak_bytes: float | None = None
 
-    # categories reported as a straggler cause; see docs/analysis.md
+    # categories reported as a straggler cause; see README.md "Numbers and definitions"
     CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
 
     def busy(self) -> "Intervals":
