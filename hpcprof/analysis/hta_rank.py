@@ -52,31 +52,27 @@ def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | None = None, 
     """Run HTA's temporal, idle-time, overlap and kernel breakdowns on one rank.
 
     Returns a dict of small DataFrames / floats, and "loader" (see load_hta_trace). Raises on a
-    trace HTA cannot handle; the caller turns that into a warning.
+    trace HTA cannot handle; the caller turns that into a warning. On the fast path the GPU events
+    are classified once (`classified_analyses`); otherwise HTA's public analyzer methods run.
     """
+    t, loader = load_hta_trace(trace_path, rank, table, meta)
+    out: dict[str, Any] = {"loader": loader}
+    out.update(classified_analyses(t, rank) if loader == "fast" else hta_analyses(t, rank))
+    out["kernels_all"] = _all_kernels(t, rank)
+    return out
+
+
+def hta_analyses(t, rank: int) -> dict[str, Any]:
+    """HTA's public analyzer methods on a one-rank Trace, as TraceAnalysis calls them."""
     from hta.analyzers.breakdown_analysis import BreakdownAnalysis
     from hta.analyzers.communication_analysis import CommunicationAnalysis
 
-    t, loader = load_hta_trace(trace_path, rank, table, meta)
-    out: dict[str, Any] = {"loader": loader}
-    temporal = BreakdownAnalysis.get_temporal_breakdown(t, visualize=False)
-    out["temporal"] = temporal.reset_index(drop=True)
-
+    out: dict[str, Any] = {}
+    out["temporal"] = BreakdownAnalysis.get_temporal_breakdown(t, visualize=False).reset_index(drop=True)
     overlap = CommunicationAnalysis.get_comm_comp_overlap(t, visualize=False)
     ov = float(overlap["comp_comm_overlap_pctg"].iloc[0])
     out["overlap_pct"] = None if math.isnan(ov) else ov
-
-    idle, _ = BreakdownAnalysis.get_idle_time_breakdown(
-        t,
-        CONSECUTIVE_KERNEL_DELAY,
-        rank,
-        None,
-        visualize=False,
-        visualize_pctg=False,
-        show_idle_interval_stats=False,
-    )
-    out["idle"] = idle.reset_index(drop=True)
-
+    out["idle"] = _idle(t, rank)
     kernel_type, kernels_top = BreakdownAnalysis.get_gpu_kernel_breakdown(
         t,
         visualize=False,
@@ -87,8 +83,91 @@ def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | None = None, 
     )
     out["kernel_type"] = kernel_type[["kernel_type", "sum"]].reset_index(drop=True)
     out["kernels_top"] = kernels_top.reset_index(drop=True)
-    out["kernels_all"] = _all_kernels(t, rank)
     return out
+
+
+def _idle(t, rank: int) -> pd.DataFrame:
+    from hta.analyzers.breakdown_analysis import BreakdownAnalysis
+
+    idle, _ = BreakdownAnalysis.get_idle_time_breakdown(
+        t, CONSECUTIVE_KERNEL_DELAY, rank, None, visualize=False, visualize_pctg=False, show_idle_interval_stats=False
+    )
+    return idle.reset_index(drop=True)
+
+
+def classified_analyses(t, rank: int) -> dict[str, Any]:
+    """The same four results as `hta_analyses`, with every GPU event classified ONCE.
+
+    HTA's temporal breakdown, overlap and kernel breakdown each classify every GPU event again with
+    a row-wise `apply(get_kernel_type, axis=1)` (about half of their time). Here the kernel type is
+    looked up once per distinct kernel name (HTA's `get_kernel_type`) and the three results are
+    computed from that one classified frame with HTA's interval helpers (`merge_kernel_intervals`,
+    the idle-time and kernel-time aggregations of `BreakdownAnalysis`) and the same definitions:
+    - temporal: kernel time = last kernel end - first kernel start; idle = kernel time - merged
+      busy time of all GPU events; compute = merged time of COMPUTATION kernels; non-compute = the
+      rest; percentages of kernel time rounded to 2 decimals;
+    - overlap: time during which merged COMPUTATION and merged COMMUNICATION kernels both run,
+      over the merged COMMUNICATION time (NaN without communication), in % rounded to 2 decimals;
+    - kernel breakdown: time per kernel type (COMPUTATION, COMMUNICATION, MEMORY and their
+      overlaps), and per type the top kernels by total duration (DURATION_RATIO, TOP_KERNELS).
+    The idle-time breakdown does not classify kernels and is HTA's own call. Equality with
+    `hta_analyses` is tested on every shared trace (tests/analysis/test_fast_loader.py).
+    """
+    from hta.analyzers.breakdown_analysis import BreakdownAnalysis
+    from hta.utils.utils import KernelType, get_kernel_type, merge_kernel_intervals
+
+    from .timeline import Intervals
+
+    sym = t.symbol_table.get_sym_table()
+    df = t.get_trace(rank)
+    gpu = df[df["stream"].ne(-1)].copy()
+    kind = {i: get_kernel_type(sym[i]) for i in gpu["name"].unique()}
+    gpu["kernel_type"] = gpu["name"].map(kind)
+    comp_name, comm_name = KernelType.COMPUTATION.name, KernelType.COMMUNICATION.name
+
+    idle_us, kernel_us = BreakdownAnalysis._get_idle_time_for_kernels(gpu.drop(columns="kernel_type"))
+    comp = merge_kernel_intervals(gpu[gpu["kernel_type"].eq(comp_name)].copy())
+    compute_us = comp["end"].sum() - comp["ts"].sum()
+    non_compute_us = kernel_us - compute_us - idle_us
+    if not (idle_us <= kernel_us and compute_us <= kernel_us and non_compute_us >= 0):
+        raise ValueError(f"inconsistent GPU times on rank {rank}: idle {idle_us}, compute {compute_us}, span {kernel_us}")
+    temporal = pd.DataFrame(
+        {
+            "rank": [rank],
+            "idle_time(us)": [idle_us],
+            "compute_time(us)": [compute_us],
+            "non_compute_time(us)": [non_compute_us],
+            "kernel_time(us)": [kernel_us],
+        }
+    )
+    for part in ("idle_time", "compute_time", "non_compute_time"):
+        temporal[f"{part}_pctg"] = (100 * (temporal[f"{part}(us)"] / temporal["kernel_time(us)"])).round(2)
+
+    comm = merge_kernel_intervals(gpu[gpu["kernel_type"].eq(comm_name)].copy())
+    comm_us = float((comm["end"] - comm["ts"]).sum())
+    both_us = float(Intervals(comp["ts"], comp["end"]).covered(comm["ts"].to_numpy(), comm["end"].to_numpy()).sum())
+    overlap_pct = round(100 * (both_us / comm_us), 2) if comm_us > 0 else None
+
+    named = gpu.assign(name=gpu["name"].map(lambda i: sym[i]))
+    kinds = [comp_name, comm_name, KernelType.MEMORY.name]
+    ktime = BreakdownAnalysis._get_gpu_kernel_type_time(named, kinds)
+    ktime = ktime.groupby("kernel_type", as_index=False)["sum"].sum().sort_values("sum", ascending=False, ignore_index=True)
+    tops = []
+    for k in kinds:
+        top = BreakdownAnalysis._aggr_gpu_kernel_time(named[named["kernel_type"] == k], num_kernels=TOP_KERNELS, duration_ratio=DURATION_RATIO)
+        tops.append(top.assign(kernel_type=k, rank=int(rank)))
+    kernels_top = (
+        pd.concat(tops, ignore_index=True)
+        .sort_values(["kernel_type", "name", "rank"], ignore_index=True)
+        .rename(columns={"sum": "sum (us)", "mean": "mean (us)", "max": "max (us)", "min": "min (us)", "std": "stddev"})
+    )
+    return {
+        "temporal": temporal,
+        "overlap_pct": overlap_pct,
+        "idle": _idle(t, rank),
+        "kernel_type": ktime[["kernel_type", "sum"]],
+        "kernels_top": kernels_top,
+    }
 
 
 def _all_kernels(t, rank: int) -> pd.DataFrame:

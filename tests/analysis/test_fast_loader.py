@@ -93,3 +93,23 @@ def test_non_object_events_are_skipped_and_counted(tmp_path, helpers):
     decoded = read_trace(helpers.write_trace(tmp_path / "odd.json.gz", doc))
     assert decoded.skipped == 3
     assert len(decoded) == n
+
+
+def _gpu_trace_files():
+    return [p for p in _shared_trace_files() if "kineto" in p.parent.name or "dlrm" in p.parent.name or "sampled" in p.parent.name]
+
+
+@pytest.mark.parametrize("path", _gpu_trace_files(), ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
+def test_classified_analyses_equal_hta_analyzers(path):
+    """Classifying each GPU event once gives exactly HTA's own analyzer results on the same Trace."""
+    from hpcprof.analysis.hta_rank import classified_analyses, hta_analyses
+
+    decoded = read_trace(path)
+    t = hta_frame.hta_trace(str(path), 0, events.event_table(decoded), decoded.meta)
+    ref, ours = hta_analyses(t, 0), classified_analyses(t, 0)
+    pd.testing.assert_frame_equal(ours["temporal"], ref["temporal"], check_dtype=False)
+    assert ours["overlap_pct"] == ref["overlap_pct"]  # None when the rank has no communication kernels
+    pd.testing.assert_frame_equal(ours["kernel_type"], ref["kernel_type"], check_dtype=False)
+    cols = list(ref["kernels_top"].columns)
+    pd.testing.assert_frame_equal(ours["kernels_top"][cols], ref["kernels_top"], check_dtype=False)
+    pd.testing.assert_frame_equal(ours["idle"], ref["idle"])
