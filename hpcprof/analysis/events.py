@@ -67,61 +67,19 @@ META_KEYS = (
 )
 
 
-class _Args(msgspec.Struct, gc=False):
-    stream: Any = -1
-    correlation: Any = -1
-    bytes: Any = -1
-    memory_bw_gbps: Any = msgspec.field(default=0.0, name="memory bandwidth (GB/s)")
-    wait_on_stream: Any = -1
-    wait_on_cuda_event_record_corr_id: Any = -1
-    input_dims: Any = msgspec.field(default="-1", name="Input Dims")
-    input_type: Any = msgspec.field(default="-1", name="Input type")
-    input_strides: Any = msgspec.field(default="-1", name="Input Strides")
-    external_id: Any = msgspec.field(default=-1, name="External id")
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    seq_upper: Any = msgspec.field(default=None, name="Seq")
-    seq_lower: Any = msgspec.field(default=None, name="seq")
-    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
-    device_type: Any = msgspec.field(default=None, name="Device Type")
-
-
+# the records' types are generated from the tables above, so the field lists live in one place
+_Args = msgspec.defstruct(
+    "_Args",
+    [(name, Any, msgspec.field(default=default, name=raw)) for name, raw, default in HTA_ARGS]
+    + [(name, Any, msgspec.field(default=None, name=raw)) for name, raw in OWN_ARGS],
+    gc=False,
+)
 _NO_ARGS = _Args()
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = NAN
-    cat: Any = NAN
-    name: Any = NAN
-    pid: Any = NAN
-    tid: Any = NAN
-    ts: Any = NAN
-    dur: Any = NAN
-    id: Any = NAN
-    bp: Any = NAN
-    s: Any = NAN
-    args: _Args | None = None  # None: the event has no args (or they are null)
-
-
-class _Doc(msgspec.Struct):
-    traceEvents: list[_Event]
-    schemaVersion: Any = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    record_shapes: Any = None
-    with_stack: Any = None
-    with_modules: Any = None
-    with_flops: Any = None
-    profile_memory: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    cupti_version: Any = None
-    trace_id: Any = None
-    host_name: Any = None
-    displayTimeUnit: Any = None
-    baseTimeNanoseconds: Any = None
-    traceName: Any = None
-
-
+# a top-level key an event lacks is NaN (as in pandas.DataFrame(traceEvents)); args None: no args
+_Event = msgspec.defstruct("_Event", [(k, Any, NAN) for k in TOP_LEVEL] + [("args", _Args | None, None)], gc=False)
+_Doc = msgspec.defstruct("_Doc", [("traceEvents", list[_Event])] + [(k, Any, None) for k in META_KEYS])
 _TYPED = msgspec.json.Decoder(_Doc)
 
 
