@@ -7,9 +7,9 @@ table `events.event_table` already decoded for our timeline: the same rows (even
 `cat`, without `cat == "Trace"`), the same index labels and columns, the same values. Every step
 is named after the HTA function it replaces; the steps HTA does with whole-column operations
 (`transform_correlation_to_index`, `add_fwd_bwd_links`, aligning and filtering the trace) are
-HTA's own functions called on our frame. tests/analysis/test_hta_equality.py checks the frame
-column by column against HTA's own loader on the shared traces, and the analyses' numbers against
-`TraceAnalysis`.
+HTA's own functions called on our frame. tests/analysis/test_fast_loader.py checks the frame
+column by column (values and dtypes) against HTA's own loader on the shared traces;
+tests/analysis/test_hta_equality.py checks the analyses' numbers against `TraceAnalysis`.
 
 Only symbol ids differ: HTA numbers symbols in `set` iteration order, which changes with Python's
 string hashing from one process to the next; we number them in order of first appearance (cat
@@ -45,7 +45,7 @@ def fast_path_problem(table: pd.DataFrame | None = None) -> str | None:
     if not v.startswith(MIRRORED_HTA):
         return f"HolisticTraceAnalysis {v} is installed; the fast loader mirrors {MIRRORED_HTA}x"
     cfg = ParserConfig.get_default_cfg()
-    ours = [(n, raw, d) for n, raw, d in HTA_ARGS]
+    ours = list(HTA_ARGS)
     theirs = [(a.name, a.raw_name, a.default_value) for a in cfg.get_args()]
     if ours != theirs or cfg.parse_all_args or cfg.parser_backend not in (None, ParserBackend.JSON):
         return "HTA's default parser configuration was changed"
