@@ -112,6 +112,7 @@ def _matches(names: pd.Series, test) -> np.ndarray:
 
 
 def _numeric(col: pd.Series) -> np.ndarray:
+    """A column's values as floats: NaN where missing or not a number (booleans are not numbers)."""
     if col.dtype.kind in "if":
         return col.to_numpy(dtype=float)
     return pd.to_numeric(col.where(col.map(lambda v: not isinstance(v, bool))), errors="coerce").to_numpy(dtype=float)
@@ -144,8 +145,8 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     x = (ph == "X").to_numpy() & is_str & np.isfinite(ts) & np.isfinite(dur)
     end = ts + dur
     cat_v = cat.to_numpy(dtype=object)
-    is_gpu = x & np.isin(cat_v, list(GPU_CATS))
-    is_host = x & np.isin(cat_v, list(HOST_CATS))
+    is_gpu = x & cat.isin(GPU_CATS).to_numpy()
+    is_host = x & cat.isin(HOST_CATS).to_numpy()
 
     tid = col("tid", pd.Series([None] * n)).to_numpy(dtype=object)
     is_step = is_host & _matches(name, STEP_RE.match)
@@ -174,7 +175,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     host_data = Intervals(ts[data], end[data])
 
     comm = is_gpu & _matches(name, NCCL_RE.match)
-    memory = is_gpu & ~comm & (_matches(name, MEMORY_RE.match) | np.isin(cat_v, ["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"]))
+    memory = is_gpu & ~comm & (_matches(name, MEMORY_RE.match) | cat.isin(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"]).to_numpy())
     comp = is_gpu & ~comm & ~memory
 
     def group(i: int, fallback: str) -> str:
