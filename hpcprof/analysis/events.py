@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import numpy as np
 import pandas as pd
 
 NAN = math.nan
@@ -141,26 +142,49 @@ def _decode_loose(raw: bytes) -> DecodedTrace:
     return DecodedTrace(meta=meta, events=events, skipped=skipped)
 
 
+# top-level keys HTA drops before any analysis and no analysis of ours reads: not materialised
+DROPPED_KEYS = ("id", "bp", "s")
+# kept as plain Python objects: only compared with literals (HTA drops it too)
+OBJECT_KEYS = ("ph",)
+
+
+def _column(values: tuple) -> pd.Series:
+    """A column with the dtype pandas infers from `values` (as pandas.DataFrame(records) does),
+    with a shortcut for the common all-int and all-number columns (a third of the table's time)."""
+    if all(type(v) is int for v in values):
+        try:
+            return pd.Series(np.array(values, dtype=np.int64))
+        except OverflowError:
+            pass
+    elif all(type(v) is int or type(v) is float for v in values):
+        return pd.Series(np.array(values, dtype=np.float64))
+    return pd.Series(values)
+
+
 def event_table(decoded: DecodedTrace) -> pd.DataFrame:
     """One row per event (in trace order, index = position), one column per top-level key that
-    occurs in the trace, plus one column per kept `args` key (HTA's and ours) and `has_args`.
+    occurs in the trace (except DROPPED_KEYS), plus one column per kept `args` key (HTA's and
+    ours) and `has_args`.
 
-    Column dtypes are inferred by pandas from the values, as `pandas.DataFrame(traceEvents)` does.
+    Column dtypes are those pandas infers from the values, as in `pandas.DataFrame(traceEvents)`;
+    OBJECT_KEYS and our own args stay Python objects.
     """
     ev = decoded.events
     cols: dict[str, Any] = {}
     # transpose records into columns in C (astuple + zip) rather than one getattr per field and event
     top = dict(zip(_EVENT_FIELDS, zip(*map(msgspec.structs.astuple, ev))))
     for key in TOP_LEVEL:
+        if key in DROPPED_KEYS:
+            continue
         values = top[key]
-        col = pd.Series(values)
+        col = pd.Series(values, dtype=object) if key in OBJECT_KEYS else _column(values)
         if col.isna().all() and not any(v is None for v in values):
             continue  # the key never occurs (HTA's frame has no such column)
         cols[key] = col
     has_args = [a is not None for a in top["args"]]
     args = dict(zip(_ARGS_FIELDS, zip(*map(msgspec.structs.astuple, (_NO_ARGS if a is None else a for a in top["args"])))))
     for name, _key, _default in HTA_ARGS:
-        cols[name] = pd.Series(args[name])
+        cols[name] = _column(args[name])
     for name, _key in OWN_ARGS:
         cols[name] = pd.Series(args[name], dtype=object)
     cols["has_args"] = pd.Series(has_args, dtype=bool)
