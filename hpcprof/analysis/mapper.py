@@ -63,9 +63,9 @@ def _gc_paused():
     """Pause Python's cyclic garbage collector while one rank is decoded and analysed.
 
     Decoding creates about a million objects; the collector would walk all of them again and again
-    as they are allocated (about 60% of the decode time, measured on a 20 MB rank), although
-    nothing here forms reference cycles: everything is freed by reference counting once the rank is
-    done. It is switched back on afterwards, as it was.
+    as they are allocated (about 60% of the decode time, measured on a 20 MB rank), although the
+    decoded records hold no reference cycles and are freed by reference counting. It is switched
+    back on afterwards, as it was, and then collects whatever cycles pandas or HTA left behind.
     """
     was_on = gc.isenabled()
     gc.disable()
