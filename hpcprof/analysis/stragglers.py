@@ -30,7 +30,9 @@ Definitions (also in README.md, "Numbers and definitions"):
       step time), at least DOMINANCE x the median of the other ranks, and persistent (not
       scheduling noise that moves from rank to rank): above the threshold in at least
       MIN_STEP_SHARE of the profiled steps, or it is the top inflictor and its own excess (below)
-      is above the threshold in at least OWN_EXCESS_SHARE of the steps;
+      is above the threshold in at least OWN_EXCESS_SHARE of the steps; and its cost (the
+      capacity lost, below) is above the threshold too (on shared cores the others' waiting can
+      cost the job little: the cores stay busy);
   (b) by an excess of its own that the others notice: its time in one cause category exceeds the
       other ranks' by more than the threshold in at least OWN_EXCESS_SHARE of the steps, and the
       others wait for it (more than NOISE_FLOOR_MS) in at least MIN_STEP_SHARE of the steps. On
@@ -293,18 +295,20 @@ def analyze_collectives(
         others = float(order.drop(r).median()) if len(order) > 1 else 0.0
         cause, excess, own_share = _cause_steps(steps_trace, int(r), threshold) if have_steps else (None, None, 0.0)
         own = cause not in (None, "unknown") and own_share >= OWN_EXCESS_SHARE
-        # (a) by the waiting it inflicts, persistent over steps
+        # (a) by the waiting it inflicts, persistent over steps, and costing the job capacity
         by_wait = c >= threshold and c >= DOMINANCE * others and (share >= MIN_STEP_SHARE or (r == order.index[0] and own))
         # (b) by a persistent excess of its own that the others notice
         by_own = own and float(noticed_share.get(r, 0.0)) >= MIN_STEP_SHARE
         if not (by_wait or by_own):
             continue
+        lost = _capacity_cost(df, busy_al, int(r), steps_trace if have_steps else None, offsets, hosts, ranks, capacity or {})
+        lost_vals = [lost.get(st, 0.0) for st in steps]
+        if not by_own and float(np.mean(lost_vals)) < threshold:
+            continue  # the others wait for it, but the job loses little: shared cores stay busy
         if cause is None:
             cause, excess = _cause(df, per_coll, int(r))
             excess = {k: v / n_steps for k, v in excess.items()}
         share = max(share, own_share if cause != "unknown" else 0.0)
-        lost = _capacity_cost(df, busy_al, int(r), steps_trace if have_steps else None, offsets, hosts, ranks, capacity or {})
-        lost_vals = [lost.get(st, 0.0) for st in steps]
         # consistency needs several steps: one profiled step caps the confidence at 0.5
         conf = share * (float(c) * n_steps / total_infl) * n_steps / (n_steps + 1)
         if cause != "unknown" and excess.get(cause, 0.0) < max(MIN_CAUSE_MS, MIN_CAUSE_SHARE * float(c)):
