@@ -56,10 +56,25 @@ def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | None = None, 
     are classified once (`classified_analyses`); otherwise HTA's public analyzer methods run.
     """
     t, loader = load_hta_trace(trace_path, rank, table, meta)
+    gpu = gpu_events(t, rank)
     out: dict[str, Any] = {"loader": loader}
-    out.update(classified_analyses(t, rank) if loader == "fast" else hta_analyses(t, rank))
-    out["kernels_all"] = _all_kernels(t, rank)
+    out.update(classified_analyses(t, rank, gpu) if loader == "fast" else hta_analyses(t, rank))
+    out["kernels_all"] = _all_kernels(gpu, rank)
     return out
+
+
+def gpu_events(t, rank: int) -> pd.DataFrame:
+    """The rank's GPU events (HTA's rule: stream != -1) with `kernel_name` and HTA's `kernel_type`,
+    each looked up once per distinct name."""
+    from hta.utils.utils import get_kernel_type
+
+    sym = t.symbol_table.get_sym_table()
+    df = t.get_trace(rank)
+    gpu = df[df["stream"].ne(-1)].copy()
+    ids = gpu["name"].unique()
+    gpu["kernel_name"] = gpu["name"].map({i: sym[i] for i in ids})
+    gpu["kernel_type"] = gpu["name"].map({i: get_kernel_type(sym[i]) for i in ids})
+    return gpu
 
 
 def hta_analyses(t, rank: int) -> dict[str, Any]:
@@ -95,7 +110,7 @@ def _idle(t, rank: int) -> pd.DataFrame:
     return idle.reset_index(drop=True)
 
 
-def classified_analyses(t, rank: int) -> dict[str, Any]:
+def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None) -> dict[str, Any]:
     """The same four results as `hta_analyses`, with every GPU event classified ONCE.
 
     HTA's temporal breakdown, overlap and kernel breakdown each classify every GPU event again with
@@ -114,18 +129,15 @@ def classified_analyses(t, rank: int) -> dict[str, Any]:
     `hta_analyses` is tested on every shared trace (tests/analysis/test_fast_loader.py).
     """
     from hta.analyzers.breakdown_analysis import BreakdownAnalysis
-    from hta.utils.utils import KernelType, get_kernel_type, merge_kernel_intervals
+    from hta.utils.utils import KernelType, merge_kernel_intervals
 
     from .timeline import Intervals
 
-    sym = t.symbol_table.get_sym_table()
-    df = t.get_trace(rank)
-    gpu = df[df["stream"].ne(-1)].copy()
-    kind = {i: get_kernel_type(sym[i]) for i in gpu["name"].unique()}
-    gpu["kernel_type"] = gpu["name"].map(kind)
+    if gpu is None:
+        gpu = gpu_events(t, rank)
     comp_name, comm_name = KernelType.COMPUTATION.name, KernelType.COMMUNICATION.name
 
-    idle_us, kernel_us = BreakdownAnalysis._get_idle_time_for_kernels(gpu.drop(columns="kernel_type"))
+    idle_us, kernel_us = BreakdownAnalysis._get_idle_time_for_kernels(gpu[["ts", "dur"]].copy())
     comp = merge_kernel_intervals(gpu[gpu["kernel_type"].eq(comp_name)].copy())
     compute_us = comp["end"].sum() - comp["ts"].sum()
     non_compute_us = kernel_us - compute_us - idle_us
@@ -148,7 +160,7 @@ def classified_analyses(t, rank: int) -> dict[str, Any]:
     both_us = float(Intervals(comp["ts"], comp["end"]).covered(comm["ts"].to_numpy(), comm["end"].to_numpy()).sum())
     overlap_pct = round(100 * (both_us / comm_us), 2) if comm_us > 0 else None
 
-    named = gpu.assign(name=gpu["name"].map(lambda i: sym[i]))
+    named = gpu.assign(name=gpu["kernel_name"])
     kinds = [comp_name, comm_name, KernelType.MEMORY.name]
     ktime = BreakdownAnalysis._get_gpu_kernel_type_time(named, kinds)
     ktime = ktime.groupby("kernel_type", as_index=False)["sum"].sum().sort_values("sum", ascending=False, ignore_index=True)
@@ -170,16 +182,12 @@ def classified_analyses(t, rank: int) -> dict[str, Any]:
     }
 
 
-def _all_kernels(t, rank: int) -> pd.DataFrame:
-    """Every GPU kernel name on this rank with count/sum/max/min/mean/std of durations (us)."""
-    from hta.utils.utils import get_kernel_type
-
-    sym = t.symbol_table.get_sym_table()
-    df = t.get_trace(rank)
-    k = df[df["stream"].ne(-1)]
-    names = k["name"].map(lambda i: sym[i])
-    g = pd.DataFrame({"name": names.values, "dur": k["dur"].values}).groupby("name")["dur"]
-    agg = g.agg(["count", "sum", "max", "min", "mean", "std"]).reset_index().fillna({"std": 0.0})
-    agg["kernel_type"] = agg["name"].map(get_kernel_type)
+def _all_kernels(gpu: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """Every GPU kernel name on this rank with count/sum/max/min/mean/std of durations (us), from
+    `gpu_events`."""
+    g = gpu.groupby("kernel_name")["dur"]
+    agg = g.agg(["count", "sum", "max", "min", "mean", "std"]).reset_index().rename(columns={"kernel_name": "name"})
+    agg = agg.fillna({"std": 0.0})
+    agg["kernel_type"] = agg["name"].map(dict(zip(gpu["kernel_name"], gpu["kernel_type"])))
     agg["rank"] = rank
     return agg.sort_values("sum", ascending=False, ignore_index=True)
