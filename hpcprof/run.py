@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 from contextlib import contextmanager
@@ -30,6 +31,14 @@ FAILURES_DIR = "failures"
 FAILURE_TEMPLATE = "rank-{rank}.json"
 LOGS_DIR = "logs"
 ANALYSIS_DIR = "analysis"
+# every per-rank file above is named rank-<r>.<suffix>
+_RANK_FILE = re.compile(r"^rank-(\d+)\.")
+
+
+def rank_from_name(name: str) -> int | None:
+    """The rank in a per-rank file name (traces, steps, failures: rank-<r>.*), None otherwise."""
+    m = _RANK_FILE.match(name)
+    return int(m.group(1)) if m else None
 
 
 class RunDirError(RuntimeError):
@@ -170,17 +179,12 @@ class RunDir:
         return out
 
     def step_ranks(self) -> list[int]:
-        ranks = []
-        for p in self.steps_dir.glob(STEPS_TEMPLATE.format(rank="*")):
-            try:
-                ranks.append(int(p.name.split("-", 1)[1].split(".", 1)[0]))
-            except ValueError:
-                continue
-        return sorted(ranks)
+        ranks = (rank_from_name(p.name) for p in self.steps_dir.glob(STEPS_TEMPLATE.format(rank="*")))
+        return sorted(r for r in ranks if r is not None)
 
     def read_failures(self) -> list[dict[str, Any]]:
         out = []
-        for p in sorted((self.root / FAILURES_DIR).glob("rank-*.json")):
+        for p in sorted((self.root / FAILURES_DIR).glob(FAILURE_TEMPLATE.format(rank="*"))):
             try:
                 out.append(json.loads(p.read_text()))
             except (OSError, json.JSONDecodeError):

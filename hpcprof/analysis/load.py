@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,9 +96,6 @@ def read_trace(path: str | os.PathLike) -> DecodedTrace:
     if not decoded.events:
         raise TraceError(f"{name}: trace holds no events")
     return decoded
-
-
-_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
 
 
 def trace_meta(path: str | os.PathLike, doc: dict) -> TraceMeta:

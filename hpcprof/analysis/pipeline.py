@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import multiprocessing as mp
 import os
 import sys
@@ -21,7 +20,7 @@ from .load import discover_traces
 from .mapper import analyze_rank
 from .recommend import recommendations
 from .report import write_report
-from ..run import RunDir, RunDirError
+from ..run import RunDir, RunDirError, rank_from_name
 from .steps import jsonl_stats, read_steps_jsonl, spread
 from .stragglers import analyze_collectives
 from .timeline import Intervals
@@ -29,7 +28,6 @@ from .timeline import Intervals
 DEFAULT_MAX_WORKERS = 8
 # bump when the reduce or the outputs change (the per-rank tables have cache.ANALYSIS_VERSION)
 REDUCE_VERSION = 3
-RANK_NAME = re.compile(r"^rank-(\d+)\.")
 
 
 class AnalysisError(Exception):
@@ -149,9 +147,9 @@ def analyze(
     if ranks is not None:
         # run directories name traces rank-<r>.*: skip the others before parsing anything
         wanted = {int(x) for x in ranks}
-        named = [RANK_NAME.match(p.name) for p in files]
-        if all(named):
-            files = [p for p, m in zip(files, named) if int(m.group(1)) in wanted] or files
+        named = [rank_from_name(p.name) for p in files]
+        if all(r is not None for r in named):
+            files = [p for p, r in zip(files, named) if r in wanted] or files
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
     # whole-analysis memo: same trace bytes, steps files, manifest, options and ANALYSIS_VERSION ->
     # the outputs already on disk are current; return them without mapping, reducing or plotting

@@ -4,7 +4,6 @@ equal to the job's global step numbers (also after a requeue)."""
 
 from __future__ import annotations
 
-import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from ..run import RunDir, temporary_then_rename
