@@ -1,0 +1,169 @@
+"""Throughput (samples/s) per rank and for the job, from the step records of every step.
+
+Why here and why this way:
+- Step time alone misleads when a change alters the batch (the ladder's larger-batch rung makes
+  every step slower while the job gets faster), so the speed figure users compare is samples/s,
+  computed per step as ``batch_size / step_s`` from ``steps/rank-<r>.jsonl`` (``batch_size`` is
+  recorded on every step).
+- Only *steady-state* steps describe the configuration. Each step gets exactly one phase, first
+  match wins: ``warmup`` (the first ``WARMUP_STEPS`` steps of every attempt: allocator, cuDNN
+  autotuning, compilation, and a resumed job's start), ``epoch_boundary`` (the step that fetched the
+  first batch of a new epoch: a fresh DataLoader iterator starts its workers and refills its
+  prefetch queue, a cost paid once per epoch, not per step), ``profiled`` (an active profiler step),
+  ``profiler_warmup`` (the profiler's warm-up steps just before the active ones: traced, then
+  discarded, so just as slowed), else ``steady``. Excluded steps are counted, and profiled steps get
+  their own median so the profiler's overhead is visible rather than mixed in.
+- The confidence interval of the median is the distribution-free order-statistic interval (the
+  binomial(n, 1/2) quantiles): exact for any distribution of step times, deterministic (a test can
+  know the answer), and honest about small samples (below 6 steps no interval reaches 95%; the
+  achieved coverage is reported with it).
+- The job's samples/s in a step is the global batch (sum over ranks) over the slowest rank's step
+  time: DDP ranks advance together, so the slowest one sets the pace.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+WARMUP_STEPS = 1
+"""Steps at the start of every attempt that are never steady state."""
+CI_LEVEL = 0.95
+PHASES = ("warmup", "epoch_boundary", "profiled", "profiler_warmup", "steady")
+"""Every step is in exactly one phase; `steps` counts in the summary use these names."""
+
+
+def median_ci(values: Iterable[float], level: float = CI_LEVEL) -> tuple[float | None, float | None, float | None, float | None]:
+    """(median, low, high, coverage): the order-statistic confidence interval of the median.
+
+    With the values sorted x(1) <= ... <= x(n), [x(l), x(n+1-l)] covers the median with probability
+    1 - 2 P(B <= l-1), B ~ Binomial(n, 1/2); l is the largest rank keeping that >= `level`. Too few
+    values for `level`: the whole range, with the coverage it does have."""
+    x = np.sort(np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float))
+    n = len(x)
+    if n == 0:
+        return None, None, None, None
+    med = float(np.median(x))
+    alpha = 1.0 - level
+    cdf = 0.0
+    lo_rank = 1
+    for l_ in range(1, n // 2 + 1):
+        # P(B <= l_-1) accumulated term by term
+        cdf_next = cdf + math.comb(n, l_ - 1) * 0.5**n
+        if 2 * cdf_next <= alpha:
+            lo_rank, cdf = l_, cdf_next
+        else:
+            break
+    hi_rank = n + 1 - lo_rank
+    coverage = 1.0 - 2.0 * sum(math.comb(n, k) * 0.5**n for k in range(lo_rank))
+    return med, float(x[lo_rank - 1]), float(x[hi_rank - 1]), float(coverage)
+
+
+def classify_steps(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts: Iterable[int] = (), warmup_steps: int = WARMUP_STEPS) -> pd.DataFrame:
+    """A copy of the step records (columns rank, step, epoch, step_s, batch_size, profiled) sorted
+    by rank and step, with `phase` (see the module docstring) and `samples_per_s`.
+
+    `attempt_starts`: first steps of resumed attempts (manifest `attempts[].resumed_from_step`); a
+    gap in a rank's step numbers starts an attempt too. `profiler_warmup`: the spec's
+    `profiler.warmup`, the steps before each run of profiled steps that were traced and discarded."""
+    missing = [c for c in ("rank", "step", "step_s") if c not in steps]
+    if missing:
+        raise ValueError(f"step records lack {', '.join(missing)}")
+    d = steps.sort_values(["rank", "step"]).reset_index(drop=True).copy()
+    starts = set(int(s) for s in attempt_starts if s is not None)
+    phase = np.full(len(d), "steady", dtype=object)
+    rank = d["rank"].to_numpy()
+    step = d["step"].to_numpy()
+    epoch = d["epoch"].to_numpy() if "epoch" in d else np.zeros(len(d), dtype=int)
+    prof = d["profiled"].fillna(False).astype(bool).to_numpy() if "profiled" in d else np.zeros(len(d), dtype=bool)
+    since_start = 0
+    for i in range(len(d)):
+        new_rank = i == 0 or rank[i] != rank[i - 1]
+        if new_rank or step[i] in starts or step[i] != step[i - 1] + 1:
+            since_start = 0
+        if since_start < warmup_steps:
+            phase[i] = "warmup"
+        elif epoch[i] != epoch[i - 1]:
+            phase[i] = "epoch_boundary"
+        elif prof[i]:
+            phase[i] = "profiled"
+        since_start += 1
+    if profiler_warmup > 0:
+        # the `profiler_warmup` steps right before the first step of each run of profiled steps
+        for i in range(len(d)):
+            first_active = prof[i] and (i == 0 or rank[i - 1] != rank[i] or not prof[i - 1])
+            if not first_active:
+                continue
+            for j in range(i - 1, max(i - 1 - profiler_warmup, -1), -1):
+                if rank[j] != rank[i] or phase[j] != "steady":
+                    break
+                phase[j] = "profiler_warmup"
+    d["phase"] = phase
+    bs = d["batch_size"].astype(float) if "batch_size" in d else pd.Series(np.nan, index=d.index)
+    d["samples_per_s"] = bs / d["step_s"].astype(float).where(d["step_s"] > 0)
+    return d
+
+
+def job_steps(classified: pd.DataFrame) -> pd.DataFrame:
+    """Per global step present on every rank: global batch, the slowest rank's step time, the job's
+    samples/s and the step's phase (the first phase in PHASES that any rank had)."""
+    ranks = classified["rank"].nunique()
+    g = classified.groupby("step")
+    out = pd.DataFrame(
+        {
+            "n_ranks": g["rank"].nunique(),
+            "global_batch": g["batch_size"].sum() if "batch_size" in classified else np.nan,
+            "step_s": g["step_s"].max(),
+            "phase": g["phase"].agg(lambda p: min(p, key=PHASES.index)),
+        }
+    ).reset_index()
+    out = out[out["n_ranks"] == ranks].drop(columns="n_ranks")
+    out["samples_per_s"] = out["global_batch"].astype(float) / out["step_s"].where(out["step_s"] > 0)
+    return out.reset_index(drop=True)
+
+
+def _stats(d: pd.DataFrame, batch_col: str) -> dict[str, Any]:
+    counts = {p: int((d["phase"] == p).sum()) for p in PHASES}
+    steady = d[d["phase"] == "steady"]
+    med, lo, hi, cov = median_ci(steady["samples_per_s"].dropna())
+    smed, slo, shi, _ = median_ci(steady["step_s"].astype(float) * 1e3)
+    prof = d[d["phase"] == "profiled"]["samples_per_s"].dropna()
+    tot_t = steady["step_s"].sum()
+    return {
+        "median_samples_per_s": med,
+        "ci95_samples_per_s": [lo, hi] if med is not None else None,
+        "ci_coverage": cov,
+        "rate_samples_per_s": float(steady[batch_col].sum() / tot_t) if tot_t > 0 and batch_col in steady else None,
+        "median_step_ms": smed,
+        "ci95_step_ms": [slo, shi] if smed is not None else None,
+        "profiled_median_samples_per_s": float(prof.median()) if len(prof) else None,
+        "batch": float(steady[batch_col].median()) if len(steady) and batch_col in steady else None,
+        "steps": {"total": int(len(d)), **counts},
+    }
+
+
+def throughput(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts: Iterable[int] = ()) -> tuple[dict[str, Any] | None, pd.DataFrame, pd.DataFrame]:
+    """(summary, per-rank step table, job step table) from the step records of a run.
+
+    The summary is None when there are no step records or none carries `batch_size` (older runs,
+    trace folders): samples/s cannot be known from a trace alone."""
+    if steps is None or steps.empty or "batch_size" not in steps or steps["batch_size"].isna().all():
+        return None, pd.DataFrame(), pd.DataFrame()
+    d = classify_steps(steps, profiler_warmup, attempt_starts)
+    j = job_steps(d)
+    per_rank = [{"rank": int(r), **_stats(g, "batch_size")} for r, g in d.groupby("rank")]
+    job = _stats(j, "global_batch")
+    if "t_start" in d and "t_end" in d and len(d):
+        wall = float(d["t_end"].max() - d["t_start"].min())
+        job["end_to_end_samples_per_s"] = float(d["batch_size"].sum() / wall) if wall > 0 else None
+    summary = {
+        "unit": "samples/s",
+        "level": CI_LEVEL,
+        "warmup_steps_per_attempt": WARMUP_STEPS,
+        "job": job,
+        "per_rank": per_rank,
+    }
+    return summary, d, j
