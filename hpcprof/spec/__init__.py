@@ -1,0 +1,65 @@
+"""The job spec: one object that describes a profiling job and flows through launch, rank side and
+analysis.
+
+Precedence: dataclass defaults < job file (``jobs/*.toml``) < command-line flags. The spec is
+validated once, in :meth:`JobSpec.validate`, and every error names the key and says what is valid.
+
+TOML layout::
+
+    name = "demo"                # optional, run directory name
+    runs_dir = "runs"
+    [resources]  cluster = "local", nodes = 1, tasks_per_node = 2, ...
+    [model]      arch = "resnet18", ...
+    [data]       source = "synthetic", batch_size = 16, ...
+    [train]      steps = 12, ...
+    [profiler]   wait = 1, warmup = 1, active = 3, ...
+    [drills]     straggler = "2:50", crash = "3:4"
+
+Every field has a docstring (:mod:`.schema`; the SLURM fields of ``[resources]`` are in
+:mod:`hpcprof.slurm.resources`); ``python -m hpcprof.submit --help`` shows them with their
+defaults, and each field can be overridden with ``--<section>-<field>`` (resources fields need no
+prefix: ``--nodes``, ``--partition``), or with ``--set section.field=value`` (:mod:`.cli`).
+Reading and writing TOML is :mod:`.toml`.
+"""
+
+from .cli import (
+    FLAG_ALIASES,
+    add_field_argument,
+    add_spec_arguments,
+    field_of_flag,
+    flag_of,
+    iter_fields,
+    override_argv,
+    override_items,
+    overrides_from_args,
+    spec_from_args,
+)
+from .schema import (
+    AMP_MODES,
+    ARCHS,
+    CLUSTERS,
+    DATA_SOURCES,
+    RUN_NAME_RE,
+    SECTIONS,
+    Data,
+    Drills,
+    JobSpec,
+    Model,
+    Profiler,
+    Resources,
+    SpecError,
+    Train,
+    choices,
+    field_docs,
+    validate_run_name,
+)
+from .toml import apply_values, load_spec, read_spec_toml, set_value, spec_from_dict, to_toml
+
+__all__ = [
+    "AMP_MODES", "ARCHS", "CLUSTERS", "DATA_SOURCES", "FLAG_ALIASES", "RUN_NAME_RE", "SECTIONS",
+    "Data", "Drills", "JobSpec", "Model", "Profiler", "Resources", "SpecError", "Train",
+    "add_field_argument", "add_spec_arguments", "apply_values", "choices", "field_docs",
+    "field_of_flag", "flag_of", "iter_fields", "load_spec", "override_argv", "override_items",
+    "overrides_from_args", "read_spec_toml", "set_value", "spec_from_args", "spec_from_dict",
+    "to_toml", "validate_run_name",
+]

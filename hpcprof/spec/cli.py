@@ -1,0 +1,161 @@
+"""The job spec on the command line: one flag per field, generated from the schema, and the way back
+from a spec to flags (how a resolved spec travels to ``python -m hpcprof.train`` in a job script).
+
+Every field gets ``--<section>-<field>`` (``--data-num-workers``); resources fields and top-level
+fields need no prefix (``--nodes``, ``--partition``, ``--name``); :data:`FLAG_ALIASES` is the one
+table of flags that differ from that rule. ``--set section.field=value`` reaches any field too.
+:func:`flag_of` and :func:`field_of_flag` are the only translations between flags and fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import fields
+from typing import Any, Iterator
+
+from .schema import SECTIONS, JobSpec, SpecError, field_docs
+from .toml import load_spec
+
+#: Flags that a user types most, named for what they do rather than for their field.
+FLAG_ALIASES: dict[str, str] = {
+    "drills.straggler": "--inject-straggler",
+    "drills.crash": "--inject-crash",
+}
+
+
+def flag_of(dotted: str) -> str:
+    """The command-line flag of a field given by its dotted name (``data.num_workers``)."""
+    if dotted in FLAG_ALIASES:
+        return FLAG_ALIASES[dotted]
+    section, dot, name = dotted.rpartition(".")
+    if section in ("", "resources"):
+        return "--" + name.replace("_", "-")
+    return f"--{section}-{name.replace('_', '-')}"
+
+
+def iter_fields() -> Iterator[tuple[str, Any, str]]:
+    """(dotted name, default, docstring) of every spec field, in schema order."""
+    defaults = JobSpec()
+    top_docs = field_docs(JobSpec)
+    for f in fields(JobSpec):
+        if f.name not in SECTIONS:
+            yield f.name, getattr(defaults, f.name), top_docs.get(f.name, "")
+    for section, cls in SECTIONS.items():
+        docs = field_docs(cls)
+        for f in fields(cls):
+            yield f"{section}.{f.name}", getattr(getattr(defaults, section), f.name), docs.get(f.name, "")
+
+
+_FIELD_OF_FLAG = {flag_of(dotted): dotted for dotted, _default, _doc in iter_fields()}
+
+
+def field_of_flag(flag: str) -> str | None:
+    """The dotted field a flag sets (``--no-x`` is the flag ``--x``), or None for other flags."""
+    if flag.startswith("--no-") and flag not in _FIELD_OF_FLAG:
+        flag = "--" + flag[len("--no-"):]
+    return _FIELD_OF_FLAG.get(flag)
+
+
+def _get(spec: JobSpec, dotted: str) -> Any:
+    section, dot, name = dotted.rpartition(".")
+    return getattr(getattr(spec, section), name) if section else getattr(spec, name)
+
+
+def add_field_argument(group, flag: str, dest: str, default: Any, doc: str) -> None:
+    """One flag for one dataclass field: booleans as --x/--no-x, lists and tables repeatable, help =
+    the field's docstring and default. Values stay strings here: the schema's coercion converts
+    them, so a flag and a TOML key are checked by the same code."""
+    shown = json.dumps(default) if isinstance(default, (dict, list, str)) else default
+    help_text = f"{doc} (default: {shown})".replace("%", "%%")
+    if isinstance(default, bool):
+        group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+    elif isinstance(default, list):
+        group.add_argument(flag, dest=dest, action="append", default=None, metavar="LINE",
+                           help=help_text + " (repeatable)")
+    elif isinstance(default, dict):
+        group.add_argument(flag, dest=dest, action="append", default=None, metavar="KEY=VALUE",
+                           help=help_text + " (repeatable)")
+    else:
+        group.add_argument(flag, dest=dest, default=None, metavar=type(default).__name__.upper(), help=help_text)
+
+
+def _dest(dotted: str) -> str:
+    section, dot, name = dotted.rpartition(".")
+    return f"spec__{section}__{name}"
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --job, --set and one flag per spec field (help = the field's docstring and default)."""
+    parser.add_argument("--job", metavar="FILE", help="job spec (TOML), e.g. jobs/demo-local.toml")
+    parser.add_argument(
+        "--set",
+        metavar="SECTION.FIELD=VALUE",
+        action="append",
+        default=[],
+        help="override any spec field, e.g. --set data.num_workers=4 (repeatable)",
+    )
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for dotted, default, doc in iter_fields():
+        section = dotted.rpartition(".")[0]
+        group = groups.get(section)
+        if group is None:
+            group = groups[section] = parser.add_argument_group(f"[{section}] fields" if section else "run")
+        add_field_argument(group, flag_of(dotted), _dest(dotted), default, doc)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The dotted overrides a command line asked for (only the flags actually given)."""
+    out: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if not key.startswith("spec__") or value is None:
+            continue
+        _, section, name = key.split("__", 2)
+        out[f"{section}.{name}" if section else name] = value
+    for item in args.set or []:
+        dotted, sep, value = item.partition("=")
+        if not sep or not dotted.strip():
+            raise SpecError(f"--set expects SECTION.FIELD=VALUE, got {item!r}")
+        out[dotted.strip()] = value
+    return out
+
+
+def spec_from_args(args: argparse.Namespace) -> JobSpec:
+    """The validated spec for a parsed command line (job file, then flags)."""
+    return load_spec(args.job, overrides_from_args(args))
+
+
+def override_items(spec: JobSpec, base: JobSpec | None = None) -> list[tuple[str, str, str | None]]:
+    """(dotted field, flag, value or None for a bare flag) for every field where `spec` differs
+    from `base` (defaults): what :func:`override_argv` flattens, and what sbatch rendering checks
+    field by field."""
+    base = base or JobSpec()
+    items: list[tuple[str, str, str | None]] = []
+    for dotted, _default, _doc in iter_fields():
+        value, ref = _get(spec, dotted), _get(base, dotted)
+        if value == ref:
+            continue
+        flag = flag_of(dotted)
+        if isinstance(value, bool):
+            items.append((dotted, flag if value else "--no-" + flag[2:], None))
+        elif isinstance(value, list):
+            items += [(dotted, flag, line) for line in value]
+        elif isinstance(value, dict):
+            items += [(dotted, flag, f"{k}={v}") for k, v in value.items()]
+        else:
+            items.append((dotted, flag, str(value)))
+    return items
+
+
+def override_argv(spec: JobSpec, base: JobSpec | None = None) -> list[str]:
+    """Command-line flags that turn `base` (defaults) into `spec`. A value that starts with a dash is
+    written ``--flag=value``, so that argparse cannot take it for a flag."""
+    argv: list[str] = []
+    for _dotted, flag, value in override_items(spec, base):
+        if value is None:
+            argv.append(flag)
+        elif value.startswith("-"):
+            argv.append(f"{flag}={value}")
+        else:
+            argv += [flag, value]
+    return argv
