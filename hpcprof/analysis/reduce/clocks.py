@@ -1,0 +1,183 @@
+"""One clock for the whole job: per-host clock offsets from collective end times, with an uncertainty.
+
+Why: every rank stamps its trace with its own host's clock. Ranks on one host share that clock;
+hosts may disagree by milliseconds (no or poor NTP/PTP), which would make a rank look late (or
+early) by exactly that much. A collective ends on all its ranks at nearly the same instant: nobody
+leaves before the last one arrived and the data moved. So for each host, the difference between
+its ranks' end times and the reference host's, taken over many collectives, estimates the offset.
+This module is the ONE clock estimator: the straggler analysis aligns arrivals with it and the
+merged timeline places every event with it.
+
+Definitions (also in README.md, "Numbers and definitions"):
+- reference host: the host of the lowest analysed rank; its offset is 0 by definition.
+- end of host h at collective c: the median end time over h's ranks at c.
+- offset of host h: median over the collectives seen on both h and the reference host of
+  (end of h - end of the reference host). Aligned time = trace time - offset of the rank's host.
+- residual: per collective, that difference minus the offset (what the offset does not explain).
+- uncertainty (about a 95% bound): 2 x the standard error of that median (1.2533 x robust sigma of
+  the residuals / sqrt(n)), plus the systematic part: the largest median end-time difference
+  between two ranks that share a clock (their true offset is 0, so whatever they show is how far
+  "ends at the same instant" is off on this job), with a floor of 1 us (Kineto's resolution).
+- a host is suspect (warning) when its uncertainty exceeds BOUND_US, or when more than
+  MAX_OUTLIER_SHARE of its residuals exceed BOUND_US (a drifting or jumping clock), or when fewer
+  than MIN_COLLECTIVES collectives could be matched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+# half of the straggler analysis' 1 ms noise floor: a clock error below this cannot create or hide
+# a straggler
+BOUND_US = 500.0
+MAX_OUTLIER_SHARE = 0.1
+MIN_COLLECTIVES = 3
+RESOLUTION_US = 1.0
+_MAD_TO_SIGMA = 1.4826
+_MEDIAN_SE = 1.2533  # standard error of a median = 1.2533 sigma / sqrt(n) for normal noise
+
+
+@dataclass(frozen=True)
+class HostClock:
+    """The clock of one host relative to the reference host."""
+
+    host: str | None
+    ranks: tuple[int, ...]
+    offset_us: float
+    uncertainty_us: float
+    n_collectives: int
+    residual_sigma_us: float  # robust (MAD) sigma of the residuals
+    residual_max_us: float  # largest |residual|
+    outlier_share: float  # share of residuals above BOUND_US
+    suspect: bool = False
+
+
+@dataclass
+class ClockAlignment:
+    """Per-host offsets (trace time - reference time) and how well they are known."""
+
+    reference_host: str | None
+    hosts: dict = field(default_factory=dict)  # host -> HostClock
+    rank_host: dict = field(default_factory=dict)  # rank -> host
+    systematic_us: float = 0.0  # the same-clock term of every uncertainty (see module docstring)
+    bound_us: float = BOUND_US
+    method: str = ""
+
+    def offset_us(self, rank: int) -> float:
+        h = self.hosts.get(self.rank_host.get(rank))
+        return h.offset_us if h is not None else 0.0
+
+    def uncertainty_us(self, rank: int) -> float:
+        h = self.hosts.get(self.rank_host.get(rank))
+        return h.uncertainty_us if h is not None else 0.0
+
+    def rank_offsets(self) -> dict[int, float]:
+        """rank -> offset (us): subtract from a rank's trace time to get the job's clock."""
+        return {int(r): self.offset_us(r) for r in sorted(self.rank_host)}
+
+    def warnings(self) -> list[str]:
+        out = []
+        for h in self.hosts.values():
+            if not h.suspect:
+                continue
+            ranks = ", ".join(map(str, h.ranks))
+            if h.n_collectives < MIN_COLLECTIVES:
+                why = f"only {h.n_collectives} collective(s) matched with the reference host"
+            else:
+                why = (f"uncertainty {h.uncertainty_us / 1e3:.3f} ms, {100 * h.outlier_share:.0f}% of the "
+                       f"{h.n_collectives} collectives off by more than {self.bound_us / 1e3:.3f} ms "
+                       f"(largest {h.residual_max_us / 1e3:.3f} ms)")
+            out.append(
+                f"clock of host {h.host} (ranks {ranks}) is poorly aligned: {why}; arrival times of its ranks, "
+                "and the straggler and wait numbers that involve them, may be off by that much"
+            )
+        return out
+
+    def to_dict(self) -> dict:
+        """For summary.json (`clock_alignment`) and the timeline's metadata; times in ms."""
+        return {
+            "method": self.method,
+            "reference_host": self.reference_host,
+            "bound_ms": self.bound_us / 1e3,
+            "systematic_ms": round(self.systematic_us / 1e3, 6),
+            "hosts": [
+                {
+                    "host": h.host,
+                    "ranks": list(h.ranks),
+                    "offset_ms": round(h.offset_us / 1e3, 6),
+                    "uncertainty_ms": round(h.uncertainty_us / 1e3, 6),
+                    "collectives": h.n_collectives,
+                    "residual_sigma_ms": round(h.residual_sigma_us / 1e3, 6),
+                    "residual_max_ms": round(h.residual_max_us / 1e3, 6),
+                    "suspect": h.suspect,
+                }
+                for h in self.hosts.values()
+            ],
+        }
+
+
+def _robust_sigma(x: np.ndarray) -> float:
+    if x.size < 2:
+        return 0.0
+    return float(_MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
+
+
+def estimate_clocks(colls: pd.DataFrame, hosts: dict, bound_us: float = BOUND_US) -> ClockAlignment:
+    """Estimate per-host offsets from matched collectives.
+
+    `colls`: one row per (rank, collective) with columns `rank`, `key` (the same for one collective
+    on every rank) and `end_us` (the rank's own clock). `hosts`: rank -> host name (ranks sharing
+    a name share a clock; None counts as one unknown host). Ranks missing from `colls` get the
+    offset of their host, or 0 with the reference when their host has no collectives.
+    """
+    rank_host = {int(r): hosts.get(r) for r in hosts}
+    for r in (colls["rank"].unique() if len(colls) else []):
+        rank_host.setdefault(int(r), None)
+    ranks = sorted(rank_host)
+    if not ranks:
+        return ClockAlignment(reference_host=None, method="no ranks")
+    ref = rank_host[ranks[0]]
+    by_host: dict = {}
+    for r in ranks:
+        by_host.setdefault(rank_host[r], []).append(r)
+    piv = (colls.pivot_table(index="key", columns="rank", values="end_us", aggfunc="first")
+           if len(colls) else pd.DataFrame())
+
+    systematic = 0.0
+    for members in by_host.values():
+        cols = [r for r in members if r in piv.columns]
+        for i, a in enumerate(cols):
+            for b in cols[i + 1:]:
+                d = (piv[a] - piv[b]).dropna()
+                if len(d):
+                    systematic = max(systematic, abs(float(d.median())))
+
+    def host_end(members):
+        cols = [r for r in members if r in piv.columns]
+        return piv[cols].median(axis=1) if cols else pd.Series(dtype=float)
+
+    ref_end = host_end(by_host[ref])
+    out: dict = {}
+    for h, members in by_host.items():
+        if h == ref or len(by_host) == 1:
+            out[h] = HostClock(h, tuple(members), 0.0, 0.0, int(ref_end.notna().sum()), 0.0, 0.0, 0.0)
+            continue
+        d = (host_end(members) - ref_end).dropna().to_numpy(float) if not ref_end.empty else np.empty(0)
+        n = int(d.size)
+        if n == 0:
+            out[h] = HostClock(h, tuple(members), 0.0, float("inf"), 0, 0.0, 0.0, 0.0, suspect=True)
+            continue
+        off = float(np.median(d))
+        res = d - off
+        sigma = _robust_sigma(res)
+        unc = max(RESOLUTION_US, 2 * _MEDIAN_SE * sigma / np.sqrt(n) + systematic)
+        share = float(np.mean(np.abs(res) > bound_us))
+        suspect = n < MIN_COLLECTIVES or unc > bound_us or share > MAX_OUTLIER_SHARE
+        out[h] = HostClock(h, tuple(members), off, unc, n, sigma, float(np.max(np.abs(res))), share, suspect)
+    method = ("one host: one clock, no correction" if len(by_host) == 1 else
+              "per host: median over collectives of the difference in end times to the reference host")
+    return ClockAlignment(reference_host=ref, hosts=out, rank_host=rank_host, systematic_us=systematic,
+                          bound_us=bound_us, method=method)
