@@ -1,0 +1,124 @@
+"""Operator and kernel-launch views of ONE rank (part of the per-rank map).
+
+Why: the two views users relied on in the TensorBoard profiler plugin and in HTA. The operator
+view says which PyTorch operators cost host time and which keep the GPU busy; the launch view
+says whether the GPU waits for the CPU to launch work (a CPU-bound job: many kernels shorter than
+the call that launched them, launch delays between call and kernel start).
+
+Definitions (also in README.md, "Numbers and definitions"):
+- operator: a host event of category `cpu_op` (aten::*, user-visible module ops), by name.
+- host total time: the sum of its events' durations (children included); host self time: minus the
+  time of the cpu_op events directly nested in it on the same thread.
+- device time: the GPU events (kernels, memcpy, memset) launched by the operator or by anything
+  nested in it: a GPU event is linked by its correlation id to the CUDA runtime call that launched
+  it, and that call to every cpu_op enclosing it on its thread. Device self time counts each GPU
+  event only for the innermost enclosing operator, so self times add up to the GPU time launched
+  from operators.
+- launch statistics: HTA's own `CudaKernelAnalysis.cuda_kernel_launch_stats` (what
+  `TraceAnalysis.get_cuda_kernel_launch_stats` returns) on the rank's HTA trace: per launched GPU
+  event its CPU (runtime call) duration, GPU duration and launch delay (kernel start - call end,
+  clipped at 0). Summarised per rank: launches, the share of GPU events shorter than their launch
+  call ("short kernels": the CPU cannot keep such a GPU fed), and the outliers above HTA's cutoffs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+TOP_OPERATORS = 30
+RUNTIME_CUTOFF_US = 50  # HTA's defaults for get_cuda_kernel_launch_stats
+LAUNCH_DELAY_CUTOFF_US = 100
+GPU_CATS = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
+
+
+def _num(s: pd.Series) -> np.ndarray:
+    return pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
+
+
+def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS) -> pd.DataFrame:
+    """Per operator name: calls, host total/self time and device total/self time (us), the `top`
+    operators by host total time plus the `top` by device total time. `ev`: the rank's event table
+    (hpcprof's decode: columns ph, cat, name, tid, ts, dur, correlation)."""
+    cols = ["name", "calls", "host_total_us", "host_self_us", "device_total_us", "device_self_us"]
+    if ev.empty or "cat" not in ev:
+        return pd.DataFrame(columns=cols)
+    ph = ev["ph"].to_numpy(dtype=object)
+    cat = ev["cat"].to_numpy(dtype=object)
+    ts, dur = _num(ev["ts"]), _num(ev["dur"])
+    ok = (ph == "X") & np.isfinite(ts) & np.isfinite(dur)
+    op_i = np.flatnonzero(ok & (cat == "cpu_op"))
+    if not op_i.size:
+        return pd.DataFrame(columns=cols)
+    corr = _num(ev["correlation"]) if "correlation" in ev else np.full(len(ev), -1.0)
+    gpu_i = np.flatnonzero(ok & np.isin(cat, GPU_CATS))
+    rt_i = np.flatnonzero(ok & np.isin(cat, RUNTIME_CATS) & (corr >= 0))
+    gpu_by_corr = pd.Series(dur[gpu_i]).groupby(corr[gpu_i]).sum().to_dict() if gpu_i.size else {}
+
+    tid = ev["tid"].astype(str).to_numpy(dtype=object)
+    names = ev["name"].to_numpy(dtype=object)
+    n_ops = op_i.size
+    host_self = dur[op_i].copy()
+    dev_total = np.zeros(n_ops)
+    dev_self = np.zeros(n_ops)
+    pos = {int(i): k for k, i in enumerate(op_i)}
+    # walk each thread's operators and runtime calls in time order with a stack of open operators
+    items = [(ts[i], -dur[i], 0, i) for i in op_i] + [(ts[i], 0.0, 1, i) for i in rt_i]
+    by_tid: dict = {}
+    for it in items:
+        by_tid.setdefault(tid[it[3]], []).append(it)
+    for evs in by_tid.values():
+        evs.sort()
+        stack: list[int] = []
+        for t0, _negd, kind, i in evs:
+            while stack and ts[stack[-1]] + dur[stack[-1]] <= t0:
+                stack.pop()
+            if kind == 0:
+                if stack:
+                    host_self[pos[stack[-1]]] -= dur[i]
+                stack.append(i)
+            else:
+                g = gpu_by_corr.get(corr[i], 0.0)
+                if g and stack:
+                    dev_self[pos[stack[-1]]] += g
+                    for j in stack:
+                        dev_total[pos[j]] += g
+    df = pd.DataFrame({"name": names[op_i], "host_total_us": dur[op_i], "host_self_us": np.clip(host_self, 0, None),
+                       "device_total_us": dev_total, "device_self_us": dev_self})
+    agg = df.groupby("name").agg(calls=("host_total_us", "size"), host_total_us=("host_total_us", "sum"),
+                                 host_self_us=("host_self_us", "sum"), device_total_us=("device_total_us", "sum"),
+                                 device_self_us=("device_self_us", "sum")).reset_index()
+    keep = set(agg.nlargest(top, "host_total_us")["name"]) | set(agg[agg["device_total_us"] > 0].nlargest(top, "device_total_us")["name"])
+    return agg[agg["name"].isin(keep)].sort_values("host_total_us", ascending=False, ignore_index=True)[cols]
+
+
+def launch_stats(hta_trace, rank: int) -> pd.DataFrame:
+    """HTA's kernel-launch statistics for this rank (columns correlation, cpu_duration,
+    gpu_duration, launch_delay; us), from HTA's own implementation."""
+    from hta.analyzers.cuda_kernel_analysis import CudaKernelAnalysis
+
+    res = CudaKernelAnalysis.cuda_kernel_launch_stats(
+        hta_trace, [rank], RUNTIME_CUTOFF_US, LAUNCH_DELAY_CUTOFF_US, include_memory_events=True, visualize=False
+    )
+    return res[rank].reset_index(drop=True)
+
+
+def launch_summary(stats: pd.DataFrame) -> dict:
+    """One rank's launch statistics in a few numbers (see the module docstring)."""
+    n = int(len(stats))
+    if not n:
+        return {"launches": 0}
+    cpu, gpu, delay = stats["cpu_duration"], stats["gpu_duration"], stats["launch_delay"]
+    return {
+        "launches": n,
+        "short_kernel_share": float((gpu < cpu).mean()),
+        "cpu_launch_median_us": float(cpu.median()),
+        "gpu_median_us": float(gpu.median()),
+        "launch_delay_median_us": float(delay.median()),
+        "launch_delay_p95_us": float(delay.quantile(0.95)),
+        "runtime_outliers": int((cpu > RUNTIME_CUTOFF_US).sum()),
+        "launch_delay_outliers": int((delay > LAUNCH_DELAY_CUTOFF_US).sum()),
+        "gpu_time_us": float(gpu.sum()),
+        "cpu_launch_time_us": float(cpu.sum()),
+    }
