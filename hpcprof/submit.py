@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .run import RunDir, RunDirError, default_run_name
+from .rundir import RunDir, RunDirError, default_run_name
+from .rundir import manifest as run_manifest
 from .slurmparams import submitit_slurm_parameters
 from .spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, validate_run_name
 
@@ -130,27 +131,13 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print) -> Launch:
     spec.name = name
     run = RunDir.for_spec(spec, name).create(spec)
     log(f"hpcprof: run directory {run.root}")
-    run.write_manifest(
-        {
-            "hpcprof_version": __import__("hpcprof").__version__,
-            "name": name,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "executor": executor,
-            "job_id": None,
-            "command_line": list(argv if argv is not None else sys.argv),
-            "spec": spec.to_dict(),
-            "world_size": world,
-            "drills": {
-                "straggler": dict(zip(("rank", "ms"), spec.drills.straggler_rank_ms)) if spec.drills.straggler else None,
-                "crash": dict(zip(("rank", "step"), spec.drills.crash_rank_step)) if spec.drills.crash else None,
-            },
-        }
-    )
-    from .train.task import TrainTask
+    command_line = list(argv if argv is not None else sys.argv)
+    run_manifest.write(run, run_manifest.Manifest.at_launch(spec, name, executor, world, command_line))
+    from .rank.task import TrainTask
 
     ex = make_executor(spec, executor, run.logs_dir)
     job = ex.submit(TrainTask(spec, str(run.root.resolve())))
-    run.update_manifest(job_id=str(job.job_id))
+    run_manifest.record_job_id(run, str(job.job_id))
     log(f"hpcprof: submitted job {job.job_id} ({world} rank(s) on {spec.resources.nodes} node(s))")
     return Launch(run, executor, job, world, spec)
 

@@ -8,9 +8,9 @@ import torch
 from PIL import Image
 
 from helpers import FAST_FLAGS, run_cli
-from hpcprof.run import RunDir
+from hpcprof.rundir import RunDir
 from hpcprof.spec import Data, Model
-from hpcprof.train.data import IMAGENET_MEAN, BatchSource
+from hpcprof.rank.data import IMAGENET_MEAN, BatchSource
 
 CPU = torch.device("cpu")
 

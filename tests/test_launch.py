@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FAST_FLAGS, REPO, run_cli
-from hpcprof.run import RunDir
+from hpcprof.rundir import RunDir
 
 STEPS = 12  # demo-local.toml: profiler wait 1, warmup 1, active 3 -> active steps 2, 3, 4
 

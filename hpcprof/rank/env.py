@@ -1,5 +1,6 @@
 """Who am I in the job: rank, world size, local rank, node and rendezvous address, from whichever
-launcher started this process, then the process group itself.
+launcher started this process, then the process group itself; and what this rank runs on (device,
+threads, the cores of the node, library versions) for the manifest.
 
 Order of detection: submitit (``submitit.helpers.TorchDistributedEnvironment``), torchrun
 (``TORCHELASTIC_RUN_ID`` / ``RANK`` + ``WORLD_SIZE``), a plain ``srun`` inside an sbatch script
@@ -10,10 +11,17 @@ else a single process.
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import os
+import platform
 import socket
 import subprocess
 from dataclasses import dataclass, field
+
+import torch
+
+from .. import __version__
+from ..rundir.manifest import Versions
 
 SLURM_PORT_BASE = 20000
 SLURM_PORT_SPAN = 40000
@@ -142,3 +150,66 @@ def init_process_group(renv: RankEnv, backend: str, timeout_s: int):
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
     return dist.group.WORLD
+
+
+# ------------------------------------------------------------------ what this rank runs on
+def device_for(renv: RankEnv) -> torch.device:
+    """One GPU per rank (local rank modulo the visible GPUs), else the CPU."""
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        index = renv.local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+
+
+def cpu_threads(cpus_per_task: int, renv: RankEnv) -> int:
+    """torch threads for this rank: the spec's cpus_per_task, else SLURM's, else a fair share of the node."""
+    if cpus_per_task > 0:
+        return cpus_per_task
+    slurm_cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+    if slurm_cpus and slurm_cpus.isdigit():
+        return int(slurm_cpus)
+    return max(1, (os.cpu_count() or 1) // max(renv.local_world_size, 1))
+
+
+def node_cpus() -> int:
+    """CPU cores this job may use on this node: SLURM's allocation, else this process's affinity.
+    The analysis needs it to know whether ranks shared cores (then a sleeping rank frees a core
+    for the others, and the job loses less than the others' waiting time)."""
+    on_node = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if on_node.isdigit():
+        return int(on_node)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _version(dist_name: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def collect_versions() -> Versions:
+    nccl = None
+    if torch.cuda.is_available():
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # pragma: no cover - no NCCL in this build
+            nccl = None
+    return Versions(
+        hpcprof=__version__,
+        python=platform.python_version(),
+        torch=torch.__version__,
+        torchvision=_version("torchvision"),
+        cuda=torch.version.cuda,
+        nccl=nccl,
+        hta=_version("HolisticTraceAnalysis"),
+        submitit=_version("submitit"),
+    )

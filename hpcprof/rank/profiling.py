@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from ..run import RunDir, temporary_then_rename
+from ..rundir import RunDir, temporary_then_rename
 from ..spec import Profiler
 
 

@@ -1,5 +1,8 @@
-"""The run directory: the contract between launch and analysis. Its paths and its manifest are read
-and written here and nowhere else (see docs/contract.md for the field list).
+"""The run directory's layout: the contract between launch, ranks and analysis. Every path of a run
+is built here from the name templates below, and every file is written atomically (readers never
+see half a file). What goes into the files is defined beside this module: the manifest in
+manifest.py, step records, failure notes and region names in records.py (docs/contract.md lists
+them and tests/test_contract.py checks the list against the code).
 
     runs/<name>/spec.toml, manifest.json, traces/rank-<r>.pt.trace.json.gz, steps/rank-<r>.jsonl,
     checkpoint/latest.pt, failures/rank-<r>.json, logs/, analysis/
@@ -16,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .spec import JobSpec, SpecError, read_spec_toml, validate_run_name
+from ..spec import JobSpec, SpecError, read_spec_toml, validate_run_name
 
 SPEC_FILE = "spec.toml"
 MANIFEST_FILE = "manifest.json"
@@ -63,8 +66,21 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file; a torn last line (writer killed mid-write) is skipped."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
 class RunDir:
-    """Paths and manifest of one run directory."""
+    """Paths of one run directory, and reading its files for the analysis side."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -131,8 +147,11 @@ class RunDir:
             )
         for d in (self.traces_dir / TRACE_TMP_DIR, self.steps_dir, self.logs_dir):
             d.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.spec_path, spec.to_toml())
+        self.write_spec(spec)
         return self
+
+    def write_spec(self, spec: JobSpec) -> None:
+        atomic_write_text(self.spec_path, spec.to_toml())
 
     def ensure_layout(self) -> None:
         """Folders every rank writes into (idempotent, safe when ranks race)."""
@@ -147,36 +166,23 @@ class RunDir:
 
     # ------------------------------------------------------------------ manifest
     def read_manifest(self) -> dict[str, Any]:
+        """manifest.json as written ({} when there is none), old runs included: readers use .get.
+        Writers go through hpcprof.rundir.manifest (typed, one writer)."""
         if not self.manifest_path.exists():
             return {}
         try:
-            return json.loads(self.manifest_path.read_text())
+            data = json.loads(self.manifest_path.read_text())
         except json.JSONDecodeError as exc:
             raise RunDirError(f"{self.manifest_path} is not valid JSON: {exc}") from None
-
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
-        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
-
-    def update_manifest(self, **fields: Any) -> dict[str, Any]:
-        """Read, update top-level fields, write back atomically (only rank 0 and the launcher write)."""
-        manifest = self.read_manifest()
-        manifest.update(fields)
-        self.write_manifest(manifest)
-        return manifest
+        if not isinstance(data, dict):
+            raise RunDirError(f"{self.manifest_path}: expected a JSON object, found {type(data).__name__}")
+        return data
 
     # ------------------------------------------------------------------ steps
     def read_steps(self, rank: int) -> list[dict[str, Any]]:
-        """Step records of one rank; a torn last line (rank killed mid-write) is skipped."""
-        path = self.steps_path(rank)
-        if not path.exists():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return out
+        """Step records of one rank as dicts (keys: records.STEP_KEYS; older runs may lack some);
+        a torn last line (rank killed mid-write) is skipped."""
+        return read_jsonl(self.steps_path(rank))
 
     def step_ranks(self) -> list[int]:
         ranks = (rank_from_name(p.name) for p in self.steps_dir.glob(STEPS_TEMPLATE.format(rank="*")))
@@ -190,27 +196,6 @@ class RunDir:
             except (OSError, json.JSONDecodeError):
                 continue
         return sorted(out, key=lambda f: f.get("time", 0.0))
-
-
-class StepWriter:
-    """Appends one JSON line per step to steps/rank-<r>.jsonl, flushed at once so that a crash
-    keeps every finished step."""
-
-    def __init__(self, run: RunDir, rank: int, keep_until_step: int | None = None):
-        path = run.steps_path(rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if keep_until_step is not None and path.exists():
-            # Resuming: drop records of steps that will be run again (after the checkpoint).
-            kept = [r for r in run.read_steps(rank) if r.get("step", -1) < keep_until_step]
-            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
-        self._fh = open(path, "a", buffering=1)
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(record) + "\n")
-        self._fh.flush()
-
-    def close(self) -> None:
-        self._fh.close()
 
 
 @contextmanager

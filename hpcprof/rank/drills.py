@@ -1,0 +1,38 @@
+"""Rank-side drills: known faults injected on purpose so that the analysis can be checked against an
+answer known in advance. The spec's [drills] section says which rank does what; the manifest records
+the same drills for the analysis (hpcprof.rundir.manifest.Drills)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ..spec import Drills
+
+
+class DrillCrash(RuntimeError):
+    """Raised on purpose by the --inject-crash drill (its failure note is never a peer failure)."""
+
+
+@dataclass(frozen=True)
+class RankDrills:
+    """What this rank injects: a host-side sleep before each forward pass, a crash at one step."""
+
+    rank: int
+    sleep_s: float = 0.0
+    crash_step: int | None = None
+
+    @classmethod
+    def for_rank(cls, drills: Drills, rank: int) -> "RankDrills":
+        s, c = drills.straggler_rank_ms, drills.crash_rank_step
+        return cls(rank, s[1] / 1000.0 if s and s[0] == rank else 0.0, c[1] if c and c[0] == rank else None)
+
+    def before_step(self, step: int) -> None:
+        if self.crash_step is not None and step == self.crash_step:
+            raise DrillCrash(f"hpcprof crash drill: rank {self.rank} raised at step {step} (--inject-crash)")
+
+    def straggle(self) -> None:
+        """The straggler drill: an unexplained host-side delay (not inside any region), as a slow
+        input pipeline on one node would cause."""
+        if self.sleep_s:
+            time.sleep(self.sleep_s)

@@ -1,0 +1,79 @@
+"""Rank entry points. :func:`run_rank` is what every rank runs, whoever started it (the submitit
+task, or :func:`main` under ``srun``/``torchrun``): set up, train, and on any error leave a failure
+note before re-raising.
+
+:func:`main` is ``python -m hpcprof.train [spec flags]`` (kept as that name: sbatch scripts call it).
+Every rank gets the same flags; rank, world size and rendezvous come from the SLURM (or torchrun)
+variables. The run directory is ``<runs_dir>/<name>``; without --name it is
+``<arch>-job<SLURM_JOB_ID>`` so that all ranks, and a requeued job, agree on it. The sbatch scripts
+say where each task's log goes in ``HPCPROF_LOG_HINT`` (``%t`` = task id); it is read here, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from ..rundir import RunDir, RunDirError
+from ..rundir import manifest as run_manifest
+from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args
+
+LOG_HINT_VAR = "HPCPROF_LOG_HINT"
+
+
+def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> dict[str, Any]:
+    """Train on this rank; returns the trainer's outcome. `log`: this rank's log file, named in the
+    failure note."""
+    from .env import detect_rank_env
+    from .failures import FailureContext
+    from .trainer import Trainer
+
+    run = RunDir(run_root)
+    run.ensure_layout()
+    renv = detect_rank_env()
+    failure = FailureContext(run, renv.rank, renv.node, log)
+    try:
+        return Trainer(spec, run, renv, failure).setup().fit()
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        failure.record(exc)
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m hpcprof.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_spec_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        spec = spec_from_args(args)
+        from .env import detect_rank_env
+
+        renv = detect_rank_env()
+        spec.validate(world_size=renv.world_size)
+        name = spec.name or f"{spec.model.arch}-job{renv.job_id or os.getpid()}"
+        run = RunDir.for_spec(spec, name)
+    except (SpecError, RunDirError) as exc:
+        print(f"hpcprof.train: error: {exc}", file=sys.stderr)
+        return 2
+    run.ensure_layout()
+    if renv.rank == 0 and not run.manifest_path.exists():
+        # No launcher wrote the run directory (sbatch script, torchrun): rank 0 does, once.
+        if not run.spec_path.exists():
+            run.write_spec(spec)
+        executor = "sbatch" if renv.launcher == "srun" else renv.launcher
+        run_manifest.write(run, run_manifest.Manifest.at_launch(spec, run.name, executor, renv.world_size, sys.argv,
+                                                                renv.job_id))
+    from .failures import FailureContext
+
+    run_rank(spec, str(run.root), log=FailureContext.log_for_rank(os.environ.get(LOG_HINT_VAR), renv.rank))
+    if renv.rank == 0:
+        print(f"hpcprof: run directory {run.root}", flush=True)
+    return 0

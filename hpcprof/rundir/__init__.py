@@ -1,0 +1,53 @@
+"""The run directory: the contract between the launch side, the ranks and the analysis.
+
+- layout.py: paths and name templates, atomic writes, :class:`RunDir`;
+- manifest.py: the typed manifest.json and its one writer;
+- records.py: step records, failure notes and region names, each defined once.
+"""
+
+from .layout import (
+    ANALYSIS_DIR,
+    CHECKPOINT_FILE,
+    CYCLE_DIR_TEMPLATE,
+    FAILURE_TEMPLATE,
+    FAILURES_DIR,
+    LOGS_DIR,
+    MANIFEST_FILE,
+    SPEC_FILE,
+    STEPS_DIR,
+    STEPS_TEMPLATE,
+    TRACE_TEMPLATE,
+    TRACE_TMP_DIR,
+    TRACES_DIR,
+    RunDir,
+    RunDirError,
+    atomic_write_text,
+    default_run_name,
+    rank_from_name,
+    read_jsonl,
+    temporary_then_rename,
+)
+from .manifest import Attempt, Clock, Drills, Manifest, RankEntry, Versions
+from .records import (
+    FAILURE_KEYS,
+    REGION_BACKWARD,
+    REGION_DATA,
+    REGION_FORWARD,
+    REGION_OPTIMIZER,
+    REGIONS,
+    STEP_KEYS,
+    STEP_TIME_KEYS,
+    FailureNote,
+    StepRecord,
+    StepWriter,
+)
+
+__all__ = [
+    "ANALYSIS_DIR", "CHECKPOINT_FILE", "CYCLE_DIR_TEMPLATE", "FAILURE_TEMPLATE", "FAILURES_DIR", "LOGS_DIR",
+    "MANIFEST_FILE", "SPEC_FILE", "STEPS_DIR", "STEPS_TEMPLATE", "TRACE_TEMPLATE", "TRACE_TMP_DIR", "TRACES_DIR",
+    "RunDir", "RunDirError", "atomic_write_text", "default_run_name", "rank_from_name", "read_jsonl",
+    "temporary_then_rename",
+    "Attempt", "Clock", "Drills", "Manifest", "RankEntry", "Versions",
+    "FAILURE_KEYS", "REGION_BACKWARD", "REGION_DATA", "REGION_FORWARD", "REGION_OPTIMIZER", "REGIONS",
+    "STEP_KEYS", "STEP_TIME_KEYS", "FailureNote", "StepRecord", "StepWriter",
+]

@@ -1,0 +1,259 @@
+"""manifest.json, typed: what was launched (written by the launcher, or by rank 0 when a plain
+``srun``/``torchrun`` started the ranks) and what each attempt found when it started (written by
+rank 0 at every start, also after a requeue). :func:`write` is the only code that writes the file;
+the launch side builds a :class:`Manifest` with :meth:`Manifest.at_launch`, the rank side appends an
+:class:`Attempt` with :func:`record_attempt`.
+
+Readers get the file back with :meth:`Manifest.from_dict`, which accepts manifests of older runs
+(missing fields take their defaults, fields this version does not know are kept in ``extra`` and
+written back unchanged), or as a plain dict through ``RunDir.read_manifest``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import __version__
+from .layout import RunDir, RunDirError, atomic_write_text
+
+
+def now_iso() -> str:
+    """Local time with its UTC offset, the format of ``created`` and ``Attempt.started``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+@dataclass
+class StragglerDrill:
+    rank: int
+    ms: float
+    """Host-side sleep before each forward pass of that rank."""
+
+
+@dataclass
+class CrashDrill:
+    rank: int
+    step: int
+    """That rank raises at this step."""
+
+
+@dataclass
+class Drills:
+    """The drills of the spec, as the analysis reads them (null when off)."""
+
+    straggler: StragglerDrill | None = None
+    crash: CrashDrill | None = None
+
+    @classmethod
+    def from_spec(cls, drills) -> "Drills":
+        """From the spec's [drills] section (hpcprof.spec.Drills)."""
+        s, c = drills.straggler_rank_ms, drills.crash_rank_step
+        return cls(StragglerDrill(s[0], s[1]) if s else None, CrashDrill(c[0], c[1]) if c else None)
+
+
+@dataclass
+class Clock:
+    """Clocks read by a rank right after a barrier all ranks passed: aligns the ranks' traces."""
+
+    wall_ns: int
+    monotonic_ns: int
+    after_barrier: bool = True
+
+
+@dataclass
+class RankEntry:
+    """One rank as it found itself at the start of the latest attempt (gathered by rank 0)."""
+
+    rank: int
+    local_rank: int
+    node: str
+    """Host name."""
+    device: str
+    """"cpu" or "cuda:<i>"."""
+    device_name: str
+    pid: int
+    launcher: str
+    """How the rank was started: submitit-local/slurm/debug, torchrun, srun or single."""
+    slurm: dict[str, str]
+    """The SLURM_* environment variables of the rank."""
+    clock: Clock
+    cpu_threads: int | None = None
+    """torch threads of the rank."""
+    node_cpus: int | None = None
+    """Cores the job may use on the node (SLURM_CPUS_ON_NODE, else the CPU affinity): tells the
+    analysis whether ranks shared cores."""
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Attempt:
+    """One start of the job: the first, then one per requeue."""
+
+    started: str
+    resumed_from_step: int | None
+    """The checkpoint's step + 1, None for a fresh start."""
+    job_id: str | None
+
+
+@dataclass
+class Versions:
+    hpcprof: str | None = None
+    python: str | None = None
+    torch: str | None = None
+    torchvision: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    hta: str | None = None
+    submitit: str | None = None
+
+
+@dataclass
+class Manifest:
+    """Launch fields first (known before any rank runs), then the fields of the latest attempt."""
+
+    hpcprof_version: str | None = None
+    name: str | None = None
+    created: str | None = None
+    """When the run directory was created (ISO 8601 with offset)."""
+    executor: str | None = None
+    """local, slurm, debug (python -m hpcprof.submit), sbatch (srun in an sbatch script) or torchrun."""
+    job_id: str | None = None
+    command_line: list[str] = field(default_factory=list)
+    spec: dict[str, Any] = field(default_factory=dict)
+    """The resolved spec (JobSpec.to_dict())."""
+    world_size: int | None = None
+    drills: Drills = field(default_factory=Drills)
+    # ---- written by rank 0 at each attempt
+    launcher: str | None = None
+    nodes: list[str] = field(default_factory=list)
+    backend: str | None = None
+    """gloo or nccl."""
+    device: str | None = None
+    """cpu or cuda."""
+    versions: Versions = field(default_factory=Versions)
+    ranks: list[RankEntry] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Fields of an older or newer hpcprof that this one does not know: kept, written back as they were."""
+
+    @classmethod
+    def at_launch(cls, spec, name: str, executor: str, world_size: int, command_line: list[str],
+                  job_id: str | None = None) -> "Manifest":
+        """What the launcher knows before the job starts."""
+        return cls(hpcprof_version=__version__, name=name, created=now_iso(), executor=executor, job_id=job_id,
+                   command_line=list(command_line), spec=spec.to_dict(), world_size=world_size,
+                   drills=Drills.from_spec(spec.drills))
+
+    # ------------------------------------------------------------------ conversion
+    def to_dict(self) -> dict[str, Any]:
+        return _to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Manifest":
+        return _from_dict(cls, data, "manifest")
+
+
+MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, Versions, RankEntry, Clock, Attempt)
+"""Every record type of manifest.json (docs/contract.md is checked against their fields)."""
+
+
+def fields_of(cls) -> list[str]:
+    """The JSON keys of a manifest record type (its dataclass fields, less ``extra``)."""
+    return [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+
+
+def _to_dict(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        out = {name: _to_dict(getattr(obj, name)) for name in fields_of(type(obj))}
+        out.update(getattr(obj, "extra", {}))
+        return out
+    if isinstance(obj, list):
+        return [_to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def _from_dict(cls, data: Any, where: str):
+    """Build a record from JSON, leniently: missing fields take their defaults (None when the field has
+    none: older runs lack fields added since), unknown ones go to ``extra`` where the type has one."""
+    if not isinstance(data, dict):
+        raise RunDirError(f"manifest.json: {where} should be an object, found {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for name, f in known.items():
+        if name == "extra":
+            continue
+        if name in data:
+            kwargs[name] = _convert(hints[name], data[name], f"{where}.{name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs[name] = None
+    rest = {k: v for k, v in data.items() if k not in known or k == "extra"}
+    if "extra" in known:
+        kwargs["extra"] = rest
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    if value is None:
+        return None
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, where) if len(inner) == 1 else value
+    if dataclasses.is_dataclass(hint):
+        return _from_dict(hint, value, where)
+    if typing.get_origin(hint) is list and args and dataclasses.is_dataclass(args[0]):
+        if not isinstance(value, list):
+            raise RunDirError(f"manifest.json: {where} should be a list, found {type(value).__name__}")
+        return [_from_dict(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+# ------------------------------------------------------------------ the one writer
+def load(run: RunDir) -> Manifest | None:
+    """The run's manifest, typed; None when the run has none yet."""
+    data = run.read_manifest()
+    return Manifest.from_dict(data) if data else None
+
+
+def write(run: RunDir, manifest: Manifest) -> None:
+    """Write manifest.json atomically: the only code that writes it."""
+    atomic_write_text(run.manifest_path, json.dumps(manifest.to_dict(), indent=2, default=str) + "\n")
+
+
+def record_job_id(run: RunDir, job_id: str) -> Manifest:
+    """The launcher learns the job id after submitting; re-read first (rank 0 may have started)."""
+    manifest = load(run) or Manifest()
+    manifest.job_id = job_id
+    write(run, manifest)
+    return manifest
+
+
+def record_attempt(run: RunDir, spec, *, world_size: int, launcher: str, job_id: str | None, backend: str,
+                   device: str, versions: Versions, ranks: list[RankEntry], resumed_from_step: int | None) -> Manifest:
+    """Rank 0, at every start: what this attempt found, and one more :class:`Attempt`.
+
+    Without a manifest (ranks started by hand with torchrun and no launcher) the launch fields are
+    built here from the spec, as the launcher would have."""
+    manifest = load(run) or Manifest.at_launch(spec, run.name, launcher, world_size, sys.argv, job_id)
+    if manifest.job_id is None:
+        manifest.job_id = job_id  # submit writes the id after submission; the job may start first
+    manifest.hpcprof_version = __version__
+    manifest.world_size = world_size
+    manifest.launcher = launcher
+    manifest.nodes = sorted({e.node for e in ranks})
+    manifest.backend = backend
+    manifest.device = device
+    manifest.versions = versions
+    manifest.ranks = ranks
+    manifest.attempts.append(Attempt(started=now_iso(), resumed_from_step=resumed_from_step, job_id=job_id))
+    write(run, manifest)
+    return manifest
