@@ -7,10 +7,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import REPO
 from hpcprof import sbatch
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -71,7 +73,7 @@ def test_rendered_script_passes_bash_n_and_shellcheck(case, capsys, tmp_path):
 
 @pytest.mark.parametrize("name", sbatch.available_templates())
 def test_template_as_shipped_passes_shellcheck(name):
-    path = sbatch.TEMPLATES_DIR / f"{name}.sbatch"
+    path = sbatch.templates_dir() / f"{name}.sbatch"
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck not installed")
@@ -166,3 +168,63 @@ def test_output_file_is_written_only_on_success(capsys, tmp_path):
     assert code == 0 and out == ""
     assert target.read_text().startswith("#!/bin/bash\n")
     assert f"sbatch {target}" in err
+
+
+def test_constraint_with_slurm_operators_is_accepted(capsys):
+    # One SLURM-resources type: the spec accepts what sbatch accepts ("&" and "|" are constraint
+    # operators); before, the spec refused "&" before the renderer could take it.
+    code, out, err = render_cli(["--template", "generic", "--constraint", "v100-32g&ib|a100"], capsys)
+    assert code == 0, err
+    assert "#SBATCH --constraint=v100-32g&ib|a100" in sbatch_lines(out)
+    code, out, err = render_cli(["--template", "generic", "--partition", "gpu|cpu"], capsys)
+    assert code == 2 and "resources.partition" in err and "'|'" in err
+
+
+def test_value_starting_with_a_dash_reaches_the_ranks_as_a_value(capsys, tmp_path):
+    # "--data-path -x" would be read by the rank's parser as two flags; the script passes --flag=value.
+    code, out, err = render_cli(["--template", "generic", "--data-source", "imagefolder",
+                                 "--set", "data.path=--no-profiler-enabled"], capsys)
+    assert code == 0, err
+    assert "    --data-path=--no-profiler-enabled\n" in out
+    import argparse
+
+    from hpcprof.spec import add_spec_arguments, spec_from_args
+
+    parser = argparse.ArgumentParser()  # what python -m hpcprof.train parses
+    add_spec_arguments(parser)
+    spec = spec_from_args(parser.parse_args(["--data-source", "imagefolder", "--data-path=--no-profiler-enabled"]))
+    assert spec.data.path == "--no-profiler-enabled" and spec.profiler.enabled
+
+
+def test_non_editable_install_renders_templates_from_another_directory(tmp_path):
+    """A wheel installed (not editable) into a fresh venv carries the templates as package data."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("hpcprof", "slurm"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    py = Path(sys.executable)
+    wheels = tmp_path / "wheels"
+    # Built with this environment's setuptools (no download); --no-deps: rendering needs no torch.
+    subprocess.run([str(py), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(wheels), str(src)], check=True, capture_output=True, text=True)
+    venv = tmp_path / "venv"
+    subprocess.run([str(py), "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    vpy = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "--python", str(vpy), "install", "-q", "--no-deps", "--no-index",
+                    *map(str, wheels.glob("hpcprof-*.whl"))], check=True, capture_output=True, text=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    job = REPO / "jobs" / "resnet50-2nodes.toml"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    res = subprocess.run([str(vpy), "-m", "hpcprof.sbatch", "--template", "jean-zay-v100", "--nodes", "2",
+                          "--account", "abc@v100", "--job", str(job)],
+                         cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    where = subprocess.run([str(vpy), "-c", "import hpcprof; print(hpcprof.__file__)"], cwd=elsewhere,
+                           env=env, capture_output=True, text=True).stdout
+    assert where.startswith(str(venv)), f"hpcprof imported from {where}, not from the installed wheel"
+    assert "#SBATCH --account=abc@v100" in sbatch_lines(res.stdout)
+    assert "#SBATCH --nodes=2" in sbatch_lines(res.stdout)
+    assert res.stdout.startswith("#!/bin/bash\n")

@@ -1,0 +1,347 @@
+"""Render an sbatch script from a job spec: the same spec (job file + flags) as ``hpcprof.submit``.
+
+    python -m hpcprof.sbatch --template jean-zay-v100 --nodes 2 --account abc@v100 \\
+        --qos qos_gpu-dev --job jobs/resnet50-2nodes.toml > job.slurm
+    sbatch job.slurm
+
+Templates live in ``slurm/<name>.sbatch`` of the repository, shipped in the package as
+``hpcprof.slurm.templates`` (see :func:`templates_dir`): each is a working script on its own,
+documented at its top. Rendering replaces three marked blocks of the template:
+
+- ``hpcprof:sbatch``: the ``#SBATCH`` lines. The template's lines are the defaults; every resource
+  the spec sets (nodes, tasks per node, GPUs, CPUs per task, partition, account, QoS, constraint,
+  memory, time, job name, ``slurm_extra``) replaces or adds its line.
+- ``hpcprof:setup``: the environment, replaced when ``--module``, ``--venv`` or the spec's
+  ``resources.setup`` lines are given.
+- ``hpcprof:args``: ``RUNS_DIR``, ``RUN_NAME`` and the spec as flags for ``python -m hpcprof.train``.
+
+Every value is validated before anything is written: a value holding shell syntax (``;``, ``$``,
+backticks, quotes, newlines, redirections...) is refused with an error naming the field. Values in
+the script are then shell-quoted (``shlex.quote``) as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+import importlib.resources
+from pathlib import Path
+
+from ..spec import JobSpec, SpecError, add_spec_arguments, override_items, spec_from_args
+from .resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset
+
+TEMPLATE_SUFFIX = ".sbatch"
+GPU_REQUESTS = ("gres", "gpus-per-node")
+RUN_NAME = Charset(r"A-Za-z0-9._-", "letters, digits and . _ -")
+#: The spec field each #SBATCH option comes from, for error messages (``gres`` asks for GPUs too).
+FIELD_OF_OPTION = {option: f"resources.{name}" for name, option in SBATCH_OPTION.items()}
+FIELD_OF_OPTION["gres"] = "resources.gpus_per_node"
+
+
+def templates_dir() -> Path:
+    """The folder of the shipped templates: package data ``hpcprof.slurm.templates``, which
+    pyproject.toml maps to the repository's top-level ``slurm/`` folder, so an editable install
+    reads ``slurm/`` itself and a wheel carries a copy."""
+    try:
+        return Path(str(importlib.resources.files("hpcprof.slurm.templates")))
+    except ModuleNotFoundError:
+        raise RenderError("the sbatch templates (package data hpcprof.slurm.templates) are not "
+                          "installed: reinstall hpcprof (pip install .)") from None
+
+BLOCK_RE = re.compile(r"^(?P<open># >>> hpcprof:(?P<name>[a-z]+)\b[^\n]*\n)(?P<body>.*?)"
+                      r"(?P<close>^# <<< hpcprof:(?P=name)\n)", re.M | re.S)
+
+
+class RenderError(ValueError):
+    """A value or template that cannot be rendered; the message names the field."""
+
+
+def available_templates(directory: Path | None = None) -> list[str]:
+    """Template names (file names without ``.sbatch``) in ``directory`` (default: the shipped ones)."""
+    directory = directory or templates_dir()
+    return sorted(p.name[: -len(TEMPLATE_SUFFIX)] for p in directory.glob(f"*{TEMPLATE_SUFFIX}"))
+
+
+def template_path(name: str, directory: Path | None = None) -> Path:
+    """The template file for a name (``jean-zay-v100``) or a path to a ``.sbatch`` file."""
+    directory = directory or templates_dir()
+    valid = available_templates(directory)
+    if name in valid:
+        return directory / f"{name}{TEMPLATE_SUFFIX}"
+    path = Path(name)
+    if name.endswith(TEMPLATE_SUFFIX) and path.is_file():
+        return path
+    raise RenderError(f"--template {name!r}: unknown template; valid templates: "
+                      f"{', '.join(valid) or '(none found in ' + str(directory) + ')'}"
+                      f" (or a path to a {TEMPLATE_SUFFIX} file)")
+
+
+# ------------------------------------------------------------------------------ validation
+def check_value(field: str, value: str, charset: Charset = WORD, allow_space: bool = False) -> str:
+    """Refuse a value holding any character outside ``charset``, naming ``field``."""
+    value = str(value)
+    if value.strip() == "":
+        raise RenderError(f"{field}: empty value; nothing was written")
+    bad = charset.bad(value, allow_space)
+    if bad:
+        raise RenderError(f"{field} = {value!r} refused: it holds {', '.join(map(repr, bad))} "
+                          f"(allowed: {charset.description}{', spaces' if allow_space else ''}); "
+                          f"no shell syntax, quotes, backticks or newlines in a job script; "
+                          f"nothing was written")
+    return value
+
+
+def check_shell_line(field: str, line: str) -> str:
+    """A setup line (``module load x``, ``source /p/bin/activate``): plain words only, rewritten
+    with each word shell-quoted."""
+    if "\n" in line or "\r" in line:
+        raise RenderError(f"{field} = {line!r} refused: it holds a newline; give one line per "
+                          f"entry; nothing was written")
+    if not line.strip():
+        raise RenderError(f"{field}: empty line; nothing was written")
+    bad = WORD.bad(line, allow_space=True)
+    if bad:
+        raise RenderError(f"{field} = {line!r} refused: it holds {', '.join(map(repr, bad))}; a "
+                          f"setup line is plain words (allowed: {WORD.description}, spaces): "
+                          f"absolute paths, no variables, no ';', '$(...)', quotes, backticks or "
+                          f"newlines; nothing was written")
+    return " ".join(shlex.quote(w) for w in line.split())
+
+
+# ------------------------------------------------------------------------------ rendering
+@dataclass
+class RenderOptions:
+    """What the sbatch renderer takes beyond the job spec."""
+
+    template: str = "generic"
+    modules: tuple[str, ...] = ()
+    """Modules to load (``module load NAME``), replacing the template's environment block."""
+    venv: str = ""
+    """A virtual environment to activate (``source VENV/bin/activate``)."""
+    gpu_request: str = ""
+    """How GPUs are requested: "gres" (``--gres=gpu:N``) or "gpus-per-node"; default: as the
+    template does, else gres."""
+
+
+def _parse_sbatch_block(body: str, template: Path) -> dict[str, str | None]:
+    opts: dict[str, str | None] = {}
+    for n, line in enumerate(body.splitlines(), 1):
+        m = re.fullmatch(r"#SBATCH\s+--([A-Za-z][A-Za-z0-9-]*)(?:=(\S+))?\s*", line)
+        if not m:
+            raise RenderError(f"{template}: hpcprof:sbatch block line {n} is not '#SBATCH --opt[=value]': "
+                              f"{line!r}")
+        opts[m.group(1)] = m.group(2)
+    return opts
+
+
+def _slurm_time(minutes: int) -> str:
+    days, rest = divmod(minutes, 24 * 60)
+    h, m = divmod(rest, 60)
+    return f"{days}-{h:02d}:{m:02d}:00" if days else f"{h:02d}:{m:02d}:00"
+
+
+def sbatch_options(spec: JobSpec, template_opts: dict[str, str | None],
+                   gpu_request: str = "") -> dict[str, str | None]:
+    """The template's #SBATCH options with the spec's resources applied, all validated."""
+    r = spec.resources
+    opts = dict(template_opts)
+    if gpu_request and gpu_request not in GPU_REQUESTS:
+        raise RenderError(f"--gpu-request {gpu_request!r}: valid values: {', '.join(GPU_REQUESTS)}")
+
+    def set_opt(key: str, value) -> None:
+        opts[key] = value
+
+    set_opt("job-name", r.job_name or "hpcprof")
+    for key in ("partition", "account", "qos", "constraint"):
+        if getattr(r, key):
+            set_opt(key, getattr(r, key))
+    set_opt("nodes", str(r.nodes))
+
+    # GPUs: the spec's count replaces the template's, in the template's form unless asked otherwise.
+    template_gpus = 0
+    if opts.get("gres"):
+        m = re.fullmatch(r"gpu(?::[A-Za-z0-9_-]+)?:(\d+)", opts["gres"] or "")
+        template_gpus = int(m.group(1)) if m else 0
+    elif opts.get("gpus-per-node"):
+        template_gpus = int(re.sub(r"\D", "", opts["gpus-per-node"] or "") or 0)
+    form = gpu_request or ("gpus-per-node" if "gpus-per-node" in opts else "gres")
+    gpus = r.gpus_per_node or template_gpus
+    # Keep the GPU line where the template has it; drop it for a CPU-only job.
+    keys = list(opts)
+    gpu_keys = [k for k in ("gres", "gpus-per-node") if k in opts and
+                (k != "gres" or (opts[k] or "").startswith("gpu"))]
+    if gpu_keys:
+        at = keys.index(gpu_keys[0])
+    else:
+        at = keys.index("ntasks-per-node") + 1 if "ntasks-per-node" in keys else len(keys)
+    for k in gpu_keys:
+        keys.remove(k)
+    if gpus:
+        keys.insert(at, form)
+    opts = {k: opts.get(k) for k in keys}
+    if gpus:
+        opts[form] = f"gpu:{gpus}" if form == "gres" else str(gpus)
+    tasks = r.tasks_per_node or gpus or int(opts.get("ntasks-per-node") or 1)
+    if gpus and tasks > gpus:
+        raise RenderError(f"resources.tasks_per_node = {tasks} > {gpus} GPUs per node: one rank per "
+                          f"GPU at most")
+    set_opt("ntasks-per-node", str(tasks))
+    if r.cpus_per_task:
+        set_opt("cpus-per-task", str(r.cpus_per_task))
+    if r.mem_gb:
+        set_opt("mem", f"{r.mem_gb}G")
+    set_opt("time", _slurm_time(r.time_min))
+    for key, value in r.slurm_extra.items():
+        check_value(f"resources.slurm_extra key {key!r}", str(key).replace("_", "-"), OPTION)
+        set_opt(str(key).replace("_", "-"), None if value in ("", None, True, "true") else str(value))
+
+    # The template's own lines too: every value on an #SBATCH line is checked, naming its field.
+    for key, value in opts.items():
+        field = FIELD_OF_OPTION.get(key, f"resources.slurm_extra.{key}")
+        check_value(f"{field} (--{key})", key, OPTION)
+        if value is not None:
+            check_value(field, value, CONSTRAINT if key == "constraint" else WORD)
+    return opts
+
+
+def setup_lines(spec: JobSpec, options: RenderOptions) -> list[str] | None:
+    """The environment block, or None to keep the template's."""
+    lines: list[str] = []
+    for i, module in enumerate(options.modules):
+        lines.append("module load " + shlex.quote(check_value(f"--module (#{i + 1})", module)))
+    if options.venv:
+        venv = check_value("--venv", options.venv.rstrip("/") or "/")
+        lines.append("# shellcheck source=/dev/null")  # the venv exists on the cluster only
+        lines.append(f"source {shlex.quote(venv + '/bin/activate')}")
+    for i, line in enumerate(spec.resources.setup):
+        line = check_shell_line(f"resources.setup[{i}]", line)
+        if line.split()[0] in ("source", "."):
+            lines.append("# shellcheck source=/dev/null")
+        lines.append(line)
+    return lines or None
+
+
+# Spec fields that are paths (spaces allowed there: the value is quoted in the script).
+_PATH_FIELDS = {"data.path", "runs_dir"}
+# Fields the script passes itself (RUNS_DIR, RUN_NAME), or that do not concern the ranks.
+_NOT_FOR_RANKS = {"name", "runs_dir", "resources.setup", "resources.slurm_extra", "resources.cluster"}
+
+
+def rank_flags(spec: JobSpec) -> list[tuple[str, str | None]]:
+    """The spec as ``python -m hpcprof.train`` (flag, value or None) pairs, each value validated and
+    named by its field (the spec says which field each flag comes from; nothing is re-parsed)."""
+    out: list[tuple[str, str | None]] = []
+    for field, flag, value in override_items(spec):
+        if field in _NOT_FOR_RANKS:
+            continue
+        check_value(f"flag {flag}", flag, OPTION)
+        if value is not None:
+            charset = CONSTRAINT if field == "resources.constraint" else WORD  # quoted in the script
+            check_value(field, value, charset, allow_space=field in _PATH_FIELDS)
+        out.append((flag, value))
+    return out
+
+
+def render(spec: JobSpec, options: RenderOptions, command: list[str] | None = None) -> str:
+    """The rendered script as text; raises RenderError (naming the field) on any unsafe value."""
+    path = template_path(options.template)
+    text = path.read_text()
+    blocks = {m.group("name"): m for m in BLOCK_RE.finditer(text)}
+    missing = [b for b in ("sbatch", "setup", "args") if b not in blocks]
+    if missing:
+        raise RenderError(f"{path}: template lacks the block(s) "
+                          f"{', '.join('# >>> hpcprof:' + b for b in missing)}")
+
+    opts = sbatch_options(spec, _parse_sbatch_block(blocks["sbatch"].group("body"), path),
+                          options.gpu_request)
+    setup = setup_lines(spec, options)
+    runs_dir = check_value("runs_dir", spec.runs_dir, WORD, allow_space=True)
+    if spec.name:
+        run_name = shlex.quote(check_value("name", spec.name, RUN_NAME))
+    else:
+        run_name = f"{check_value('model.arch', spec.model.arch)}-job${{SLURM_JOB_ID}}"
+    flags = rank_flags(spec)
+
+    sbatch_body = "".join(f"#SBATCH --{k}\n" if v is None else f"#SBATCH --{k}={v}\n"
+                          for k, v in opts.items())
+    arg_lines = []
+    for flag, value in flags:
+        if value is None:
+            arg_lines.append(f"    {flag}")
+        elif value.startswith("-"):  # argparse would take "--flag -x" for two flags
+            arg_lines.append(f"    {shlex.quote(f'{flag}={value}')}")
+        else:
+            arg_lines.append(f"    {flag} {shlex.quote(value)}")
+    args_body = (f"RUNS_DIR={shlex.quote(runs_dir)}\n"
+                 f"RUN_NAME={run_name}\n"
+                 "HPCPROF_ARGS=(\n" + "".join(line + "\n" for line in arg_lines) + ")\n")
+
+    new_bodies = {"sbatch": sbatch_body, "args": args_body}
+    if setup is not None:
+        new_bodies["setup"] = "".join(line + "\n" for line in setup)
+    text = BLOCK_RE.sub(lambda m: m.group("open") + new_bodies.get(m.group("name"), m.group("body"))
+                        + m.group("close"), text)
+    if command is not None:
+        for arg in command:
+            if any(ord(c) < 32 or ord(c) == 127 for c in arg):
+                raise RenderError(f"command-line argument {arg!r} refused: it holds a newline or "
+                                  f"control character; nothing was written")
+        shown = " ".join(shlex.quote(a) for a in command)
+        note = f"# Rendered from template {path.name} by: {shown}\n"
+        first_nl = text.index("\n") + 1
+        text = text[:first_nl] + note + text[first_nl:]
+    return text
+
+
+# ------------------------------------------------------------------------------ CLI
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpcprof.sbatch", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--template", default="generic",
+                        help=f"template name ({', '.join(available_templates())}) or a "
+                             f"path to a {TEMPLATE_SUFFIX} file (default: generic)")
+    parser.add_argument("--output", "-o", metavar="FILE",
+                        help="write the script to FILE instead of stdout (only if rendering succeeds)")
+    parser.add_argument("--module", dest="modules", action="append", default=[], metavar="NAME",
+                        help="module to load in the job (repeatable); replaces the template's "
+                             "environment block")
+    parser.add_argument("--venv", default="", metavar="PATH",
+                        help="virtual environment to activate in the job (absolute path)")
+    parser.add_argument("--gpu-request", choices=GPU_REQUESTS, default="",
+                        help="how GPUs are requested: --gres=gpu:N or --gpus-per-node=N "
+                             "(default: as the template does)")
+    add_spec_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        spec = spec_from_args(args)
+        options = RenderOptions(template=args.template, modules=tuple(args.modules),
+                                venv=args.venv, gpu_request=args.gpu_request)
+        text = render(spec, options, command=["python", "-m", "hpcprof.sbatch", *argv])
+    except (SpecError, RenderError) as exc:
+        print(f"hpcprof.sbatch: error: {exc}", file=sys.stderr)
+        return 2
+    if args.output:
+        out = Path(args.output)
+        tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+        tmp.write_text(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, out)
+        print(f"hpcprof.sbatch: wrote {out}; submit it with: sbatch {shlex.quote(str(out))}",
+              file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
