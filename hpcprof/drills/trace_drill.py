@@ -1,0 +1,382 @@
+"""Inject a known delay into a real multi-rank Kineto trace set; the job-time increase is the truth.
+
+Why: a straggler verdict ("rank r costs the job X ms per step") can only be trusted once it has
+been checked against a case whose answer is known. Live drills measure that answer with noise;
+here the delay is written into real GPU traces (real kernels, real collectives, real skew between
+ranks), so the answer is exact by construction and any verdict can be tested against it.
+
+Usage (also `python -m hpcprof.drills.trace_drill --help`):
+
+    python -m hpcprof.drills.trace_drill SRC OUT --rank R --stall-ms D --before-collective K [--step N]
+    python -m hpcprof.drills.trace_drill SRC OUT --rank R --stretch F [--step N]
+
+SRC is a folder of per-rank traces (`*.json` / `*.json.gz`, rank from `distributedInfo.rank`);
+OUT receives the drilled set under the same file names (gzip in, gzip out), every field other than
+`ts`/`dur` untouched. It prints the truth as JSON; `inject()` returns it.
+
+Two drills on rank R, in profiled step N (default: the first step of rank R's trace):
+- stall: rank R stops for D ms right before its K-th collective of the step (0-based, in start
+  order, counting only collectives whose kernels are found on at least one other rank: in a
+  sampled trace the others are not there to wait).
+- stretch: every compute kernel of rank R in step N (kernels that are not NCCL, launched in the
+  step) takes F times as long.
+
+How the delay propagates (the model a real run follows, written as time shifts per rank):
+- Every event of rank R at or after the injection point moves later by the delay (CPU and GPU):
+  a stall moves everything from the collective's kernel start on; a stretched kernel moves
+  everything that starts at or after its original end by its extra time (cumulatively).
+- A collective ends at its last arrival plus its transfer time. When the shifts move the last
+  arrival later by delta, every participant's NCCL kernel ends delta later (those that were waiting
+  wait longer: their kernel's duration grows) and every later event of that participant moves by
+  delta too. Ranks that arrived early absorb a delay up to their slack, as in a real run.
+- Shifts never decrease along a rank's timeline (the largest applies), so order, nesting, stream
+  order, launch-before-kernel and flow arrows stay valid. Host-side spans that contain a shift
+  point (ProfilerStep, the waiting op) grow by it; device ops (kernels, memcpy, memset) keep their
+  duration except the stretched kernels and the collectives.
+Collective instances are matched across ranks by kernel name and end time: mutual nearest ends
+within `tol_us` (default 1 ms; the matched ends in the shared sets agree within 0.4 ms, the next
+candidate is 13 ms or more away). A group holds at most one kernel per rank.
+
+Truth (`job_times`, computed by re-reading the written files): per profiled step, the job's step
+time = latest end over ranks minus earliest start, where a rank's step runs from its
+`ProfilerStep#N` start to the later of that span's end and the end of the GPU work launched in it;
+the window = first step's earliest start to the last step's latest end. The drill reports the
+increase of each, in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+STEP_PREFIX = "ProfilerStep#"
+DEFAULT_TOL_US = 1000.0
+
+
+class DrillError(ValueError):
+    """Bad input for a drill (the message names the file, rank or option)."""
+
+
+@dataclass
+class RankTrace:
+    path: Path
+    rank: int
+    doc: dict
+
+    @property
+    def events(self) -> list:
+        return self.doc["traceEvents"]
+
+
+def _open(path: Path, mode: str):
+    if not path.name.endswith(".gz"):
+        return open(path, mode)
+    return gzip.open(path, mode + "t", **({"compresslevel": 6} if mode == "w" else {}))
+
+
+def trace_files(folder: Path) -> list[Path]:
+    return sorted(p for p in Path(folder).iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+
+
+def load_set(folder: Path) -> dict[int, RankTrace]:
+    """Every trace in `folder`, by rank; errors name the file."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DrillError(f"{folder}: not a folder of per-rank traces")
+    out: dict[int, RankTrace] = {}
+    for p in trace_files(folder):
+        try:
+            with _open(p, "r") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise DrillError(f"{p}: not a readable JSON trace ({e})") from e
+        if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+            raise DrillError(f"{p}: no traceEvents list (not a Kineto trace)")
+        rank = (doc.get("distributedInfo") or {}).get("rank")
+        if not isinstance(rank, int):
+            raise DrillError(f"{p}: distributedInfo.rank is missing; a drill needs the rank of every file")
+        if rank in out:
+            raise DrillError(f"{p}: rank {rank} also in {out[rank].path.name}")
+        out[rank] = RankTrace(p, rank, doc)
+    if len(out) < 2:
+        raise DrillError(f"{folder}: {len(out)} rank trace(s); a drill needs at least two ranks")
+    return out
+
+
+def _timed(e: dict) -> bool:
+    return isinstance(e, dict) and e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))
+
+
+def _is_device(e: dict) -> bool:
+    return str(e.get("cat", "")).lower() in DEVICE_CATS
+
+
+def _is_comm(e: dict) -> bool:
+    return str(e.get("cat", "")).lower() == "kernel" and "nccl" in str(e.get("name", "")).lower()
+
+
+def _end(e: dict) -> float:
+    return float(e["ts"]) + float(e.get("dur") or 0)
+
+
+def _steps(rt: RankTrace) -> list[tuple[int, float, float]]:
+    """(step, start, end) of the rank's host-side ProfilerStep spans, in time order."""
+    out = []
+    for e in rt.events:
+        name = str(e.get("name", "")) if isinstance(e, dict) else ""
+        if name.startswith(STEP_PREFIX) and e.get("ph") == "X" and not str(e.get("cat", "")).startswith("gpu") and _timed(e):
+            try:
+                out.append((int(name[len(STEP_PREFIX):]), float(e["ts"]), _end(e)))
+            except ValueError:
+                continue
+    return sorted(out, key=lambda t: t[1])
+
+
+def device_step(rt: RankTrace) -> dict[int, int]:
+    """id(device op) -> the profiled step that launched it: by the launch's correlation id when the
+    launch is in the trace, else by the op's start between two step starts."""
+    steps = _steps(rt)
+    if not steps:
+        return {}
+    launch = {}
+    for e in rt.events:
+        if _timed(e) and not _is_device(e):
+            c = (e.get("args") or {}).get("correlation")
+            if c is not None:
+                launch[c] = float(e["ts"])
+    starts = np.array([s for _, s, _ in steps])
+    out = {}
+    for e in rt.events:
+        if not (_timed(e) and _is_device(e)):
+            continue
+        t = launch.get((e.get("args") or {}).get("correlation"))
+        by_launch = t is not None
+        t = float(e["ts"]) if t is None else t
+        i = int(np.searchsorted(starts, t, side="right")) - 1
+        if i < 0 or (by_launch and t > steps[i][2]) or (i == len(steps) - 1 and t > steps[i][2]):
+            continue
+        out[id(e)] = steps[i][0]
+    return out
+
+
+def step_spans(rt: RankTrace) -> dict[int, tuple[float, float]]:
+    """step -> (start, end) on this rank; end includes the GPU work launched in the step."""
+    spans = {n: [s, e] for n, s, e in _steps(rt)}
+    ids = device_step(rt)
+    for e in rt.events:
+        n = ids.get(id(e)) if _timed(e) else None
+        if n is not None:
+            spans[n][1] = max(spans[n][1], _end(e))
+    return {n: (s, e) for n, (s, e) in spans.items()}
+
+
+def job_times(traces) -> dict:
+    """The job's time per profiled step and over the profiled window (ms), from a folder or from
+    loaded traces (see the module docstring). Without step markers: the whole trace span."""
+    ranks = load_set(traces) if not isinstance(traces, dict) else traces
+    per_rank = {r: step_spans(rt) for r, rt in ranks.items()}
+    if not all(per_rank.values()):
+        spans = {}
+        for r, rt in ranks.items():
+            t = [e for e in rt.events if _timed(e)]
+            spans[r] = {0: (min(float(e["ts"]) for e in t), max(_end(e) for e in t))}
+        per_rank = spans
+    common = sorted(set.intersection(*(set(s) for s in per_rank.values())))
+    if not common:
+        raise DrillError("the ranks share no profiled step (ProfilerStep#N) to measure the job time on")
+    steps = {}
+    for n in common:
+        steps[n] = (max(s[n][1] for s in per_rank.values()) - min(s[n][0] for s in per_rank.values())) / 1e3
+    window = (max(s[common[-1]][1] for s in per_rank.values()) - min(s[common[0]][0] for s in per_rank.values())) / 1e3
+    return {"steps_ms": steps, "window_ms": window}
+
+
+def match_collectives(ranks: dict[int, RankTrace], tol_us: float = DEFAULT_TOL_US) -> list[dict[int, dict]]:
+    """Groups {rank: NCCL kernel event} of one collective instance: same kernel name, mutual nearest
+    end times within tol_us, pairwise; a group that would hold two kernels of one rank is dropped."""
+    comm = {r: sorted((e for e in rt.events if _timed(e) and _is_comm(e)), key=_end) for r, rt in ranks.items()}
+    parent: dict = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    order = sorted(comm)
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            for name in {e["name"] for e in comm[a]} & {e["name"] for e in comm[b]}:
+                ka = [e for e in comm[a] if e["name"] == name]
+                kb = [e for e in comm[b] if e["name"] == name]
+                ea, eb = np.array([_end(e) for e in ka]), np.array([_end(e) for e in kb])
+                na = np.abs(ea[:, None] - eb[None, :]).argmin(axis=1)
+                nb = np.abs(eb[:, None] - ea[None, :]).argmin(axis=1)
+                for x, y in enumerate(na):
+                    if nb[y] == x and abs(ea[x] - eb[y]) <= tol_us:
+                        parent[find((a, id(ka[x])))] = find((b, id(kb[y])))
+    by_id = {id(e): e for es in comm.values() for e in es}
+    groups: dict = {}
+    for node in list(parent):
+        groups.setdefault(find(node), []).append(node)
+    out = []
+    for members in groups.values():
+        rs = [r for r, _ in members]
+        if len(members) >= 2 and len(set(rs)) == len(rs):
+            out.append({r: by_id[i] for r, i in members})
+    return out
+
+
+class _Shift:
+    """A rank's time shift (us) as a non-decreasing step function of the original time."""
+
+    def __init__(self):
+        self.points: list[tuple[float, float]] = []
+
+    def add(self, t: float, v: float) -> None:
+        if v > 0:
+            self.points.append((float(t), float(v)))
+
+    def at(self, t: float) -> float:
+        return max((v for p, v in self.points if p <= t), default=0.0)
+
+    def arrays(self):
+        pts = sorted(self.points)
+        t = np.array([p for p, _ in pts], dtype=float)
+        v = np.maximum.accumulate(np.array([v for _, v in pts], dtype=float)) if pts else np.empty(0)
+        return t, v
+
+
+def _apply(rt: RankTrace, shift: _Shift, fixed_end: dict[int, float]) -> None:
+    """Rewrite ts/dur of every timed event of the rank (see the module docstring); `fixed_end` maps
+    id(event) -> its new end (collectives, stretched kernels). Integer fields stay integers."""
+    bt, bv = shift.arrays()
+
+    def s_at(t, side):
+        i = int(np.searchsorted(bt, t, side=side)) - 1
+        return float(bv[i]) if i >= 0 else 0.0
+
+    for e in rt.events:
+        if not _timed(e):
+            continue
+        ts, dur = float(e["ts"]), e.get("dur")
+        new_ts = ts + s_at(ts, "right")
+        if dur is not None and isinstance(dur, (int, float)):
+            end = ts + float(dur)
+            if id(e) in fixed_end:
+                new_end = fixed_end[id(e)]
+            elif _is_device(e):
+                new_end = new_ts + float(dur)
+            else:
+                new_end = max(new_ts, end + s_at(end, "left"))
+            new_dur = new_end - new_ts
+            e["dur"] = int(round(new_dur)) if isinstance(dur, int) else new_dur
+        e["ts"] = int(round(new_ts)) if isinstance(e["ts"], int) else new_ts
+
+
+def inject(src, out, rank: int, *, stall_ms: float | None = None, before_collective: int | None = None,
+           stretch: float | None = None, step: int | None = None, tol_us: float = DEFAULT_TOL_US) -> dict:
+    """Write the drilled set to `out` and return the truth (see the module docstring)."""
+    if (stall_ms is None) == (stretch is None):
+        raise DrillError("choose one drill: --stall-ms D --before-collective K, or --stretch F")
+    if stall_ms is not None and (before_collective is None or stall_ms <= 0 or before_collective < 0):
+        raise DrillError(f"a stall needs --stall-ms > 0 and --before-collective >= 0 (got {stall_ms}, {before_collective})")
+    if stretch is not None and stretch <= 1:
+        raise DrillError(f"--stretch must be > 1 (got {stretch})")
+    src, out = Path(src), Path(out)
+    if out.resolve() == src.resolve():
+        raise DrillError(f"{out}: the output folder must differ from the source (the source is never modified)")
+    ranks = load_set(src)
+    if rank not in ranks:
+        raise DrillError(f"rank {rank} is not in {src} (ranks: {sorted(ranks)})")
+    before = job_times(ranks)
+    rt = ranks[rank]
+    steps = [n for n, _, _ in _steps(rt)]
+    if step is None:
+        if not steps:
+            raise DrillError(f"{rt.path}: no {STEP_PREFIX}N marker; a drill needs a profiled step")
+        step = steps[0]
+    elif step not in steps:
+        raise DrillError(f"{rt.path}: no profiled step {step} (steps: {steps})")
+    in_step = device_step(rt)
+    groups = match_collectives(ranks, tol_us)
+    shifts = {r: _Shift() for r in ranks}
+    fixed_end: dict[int, float] = {}
+    nodes = []  # (read time, end, kind, payload)
+    for g in groups:
+        nodes.append((max(float(e["ts"]) for e in g.values()), max(_end(e) for e in g.values()), 0, g))
+    mine = sorted((g[rank] for g in groups if rank in g and in_step.get(id(g[rank])) == step), key=lambda e: float(e["ts"]))
+    info = {"rank": rank, "step": step, "collectives_matched": len(groups)}
+    if stall_ms is not None:
+        if before_collective >= len(mine):
+            raise DrillError(f"rank {rank} has {len(mine)} matched collectives in step {step}; --before-collective {before_collective} is out of range")
+        target = mine[before_collective]
+        shifts[rank].add(float(target["ts"]), stall_ms * 1e3)
+        info.update(drill="stall", stall_ms=stall_ms, before_collective=before_collective, collective=target["name"], at_us=target["ts"])
+    else:
+        ks = [e for e in rt.events if _timed(e) and str(e.get("cat", "")).lower() == "kernel" and not _is_comm(e) and in_step.get(id(e)) == step]
+        if not ks:
+            raise DrillError(f"{rt.path}: no compute kernel launched in step {step} to stretch")
+        nodes += [(float(e["ts"]), _end(e), 1, e) for e in ks]
+        info.update(drill="stretch", stretch=stretch, kernels_stretched=len(ks), compute_ms=sum(float(e["dur"]) for e in ks) / 1e3)
+    for _, _, kind, p in sorted(nodes, key=lambda n: (n[0], n[1])):
+        if kind == 1:  # a stretched kernel: its start moves by the shift so far, its end by that plus its extra
+            s = shifts[rank].at(float(p["ts"]))
+            fixed_end[id(p)] = float(p["ts"]) + s + stretch * float(p["dur"])
+            shifts[rank].add(_end(p), s + (stretch - 1) * float(p["dur"]))
+        else:  # a collective: ends at the (shifted) last arrival plus its transfer time
+            last = max(float(e["ts"]) for e in p.values())
+            new_last = max(float(e["ts"]) + shifts[r].at(float(e["ts"])) for r, e in p.items())
+            delta = max(0.0, new_last - last)
+            for r, e in p.items():
+                fixed_end[id(e)] = _end(e) + delta
+                shifts[r].add(_end(e), delta)
+    out.mkdir(parents=True, exist_ok=True)
+    for r, t in ranks.items():
+        _apply(t, shifts[r], fixed_end)
+        tmp = out / (".tmp-" + t.path.name)  # same suffix, so the same compression; renamed when complete
+        with _open(tmp, "w") as fh:
+            fh.write(json.dumps(t.doc))  # dumps uses the C encoder; dump to a stream does not
+        tmp.replace(out / t.path.name)
+    after = job_times(out)
+    common = sorted(set(before["steps_ms"]) & set(after["steps_ms"]))
+    info["step_increase_ms"] = {n: after["steps_ms"][n] - before["steps_ms"][n] for n in common}
+    info["job_time_increase_ms"] = after["window_ms"] - before["window_ms"]
+    info["job_time_before_ms"] = before["window_ms"]
+    info["job_time_after_ms"] = after["window_ms"]
+    info["n_steps"] = len(common)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hpcprof.drills.trace_drill", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("src", type=Path, help="folder of per-rank Kineto traces (*.json, *.json.gz)")
+    ap.add_argument("out", type=Path, help="folder to write the drilled set to (same file names)")
+    ap.add_argument("--rank", type=int, required=True, help="the rank to delay")
+    ap.add_argument("--stall-ms", type=float, help="stall the rank this long before a collective")
+    ap.add_argument("--before-collective", type=int, help="which collective of the step (0-based, matched ones only)")
+    ap.add_argument("--stretch", type=float, help="stretch the rank's compute kernels in the step by this factor (> 1)")
+    ap.add_argument("--step", type=int, help="profiled step N (ProfilerStep#N); default: the rank's first")
+    ap.add_argument("--match-tol-us", type=float, default=DEFAULT_TOL_US, help="end-time tolerance for matching a collective across ranks (us)")
+    a = ap.parse_args(argv)
+    try:
+        info = inject(a.src, a.out, a.rank, stall_ms=a.stall_ms, before_collective=a.before_collective,
+                      stretch=a.stretch, step=a.step, tol_us=a.match_tol_us)
+    except DrillError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(info, indent=1, default=str))
+    print(f"injected job-time increase: {info['job_time_increase_ms']:.3f} ms over {info['n_steps']} profiled step(s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
