@@ -1,0 +1,7 @@
+"""`python -m hpcprof.compare`: see hpcprof/compare/cli.py."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
