@@ -1,7 +1,7 @@
 """The real local SLURM cluster used by every test in tests/slurm (marker ``slurm``).
 
 One cluster per test session: ``slurmctld``, MariaDB + ``slurmdbd``, ``slurmd`` nodes ``n1`` and
-``n2`` (hpcprof.localslurm). Where it cannot start (not root, no namespaces, packages missing),
+``n2`` (tools/localslurm.py). Where it cannot start (not root, no namespaces, packages missing),
 every test using it is skipped with the precise reason. Deselect with ``-m "not slurm"``.
 """
 
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from hpcprof.localslurm import LocalSlurm, _mnt_ns, unavailable_reason
+from localslurm import LocalSlurm, _mnt_ns, unavailable_reason  # tools/, on sys.path via tests/conftest.py
 
 
 def pytest_configure(config):

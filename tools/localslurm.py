@@ -1,5 +1,9 @@
 """A real multi-node SLURM cluster on one machine, for tests and for trying hpcprof locally.
 
+A development tool, not part of the installed package: ``make slurm-up`` / ``slurm-down``
+(mk/slurm.mk) and the ``tests/slurm`` fixture (tests/slurm/conftest.py) drive it. It imports
+nothing from hpcprof.
+
 Starts, with every file under one state directory:
 
 - ``munged`` on its own socket (``munge/sock/``, mode 711) with a fresh key,
@@ -16,10 +20,10 @@ process left in a node's mount namespace (job steps of cancelled jobs), identifi
 
 Command line (the ``make slurm-up`` / ``make slurm-down`` targets call these)::
 
-    python -m hpcprof.localslurm up   [--state-dir .slurm-state] [--nodes 2] [--cpus 8]
-    eval "$(python -m hpcprof.localslurm env [--state-dir .slurm-state])"   # exports SLURM_CONF
-    python -m hpcprof.localslurm status [--state-dir .slurm-state]
-    python -m hpcprof.localslurm down [--state-dir .slurm-state]
+    python tools/localslurm.py up   [--state-dir .slurm-state] [--nodes 2] [--cpus 8]
+    eval "$(python tools/localslurm.py env [--state-dir .slurm-state])"   # exports SLURM_CONF
+    python tools/localslurm.py status [--state-dir .slurm-state]
+    python tools/localslurm.py down [--state-dir .slurm-state]
 
 Python::
 
@@ -267,7 +271,7 @@ class LocalSlurm:
             raw = json.loads(raw_path.read_text())
         except OSError:
             raise ClusterError(f"{raw_path}: no local cluster state here "
-                               f"(start one with: python -m hpcprof.localslurm up "
+                               f"(start one with: python tools/localslurm.py up "
                                f"--state-dir {state_dir})") from None
         c = cls(state_dir, nodes=raw.get("nodes", 2), cpus_per_node=raw.get("cpus_per_node", 8),
                 partition=raw.get("partition", PARTITION))
@@ -296,7 +300,7 @@ class LocalSlurm:
         if (self.state_dir / STATE_FILE).exists() and any(
                 self.from_state_dir(self.state_dir).running().values()):
             raise ClusterError(f"{self.state_dir}: a local cluster is already running there "
-                               f"(stop it with: python -m hpcprof.localslurm down "
+                               f"(stop it with: python tools/localslurm.py down "
                                f"--state-dir {self.state_dir})")
         deadline = time.monotonic() + timeout
         try:
@@ -337,7 +341,7 @@ class LocalSlurm:
             for n in self.node_names)
         node_list = f"n[1-{self.nodes}]" if self.nodes > 1 else "n1"
         conf = f"""\
-# Written by hpcprof.localslurm: a local {self.nodes}-node cluster, all state under {sd}
+# Written by tools/localslurm.py (hpcprof): a local {self.nodes}-node cluster, all state under {sd}
 ClusterName={CLUSTER_NAME}
 SlurmctldHost=localhost
 SlurmctldPort={ports['slurmctld']}
@@ -379,7 +383,7 @@ PartitionName={self.partition} Nodes={node_list} Default=YES MaxTime=INFINITE St
 """
         self.conf_path.write_text(conf)
         dbd = f"""\
-# Written by hpcprof.localslurm
+# Written by tools/localslurm.py (hpcprof)
 AuthType=auth/munge
 AuthInfo=socket={self.munge_socket}
 DbdHost=localhost
@@ -664,7 +668,7 @@ def _tail(path: str, n: int = 15) -> str:
 
 # --------------------------------------------------------------------------------- CLI
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hpcprof.localslurm",
+    p = argparse.ArgumentParser(prog="python tools/localslurm.py",
                                 description="A real multi-node SLURM cluster on this machine "
                                             "(needs root). All state under --state-dir.")
     sub = p.add_subparsers(dest="cmd", required=True)
