@@ -7,31 +7,30 @@
 Executors: slurm (submitit SlurmExecutor), local (ranks as processes on this machine), debug (one
 rank in this process). Default: slurm when the SLURM client commands answer, else local. Local
 runs always wait; SLURM runs wait with --wait. The run directory is printed first thing.
+
+The executor choice, resource resolution and the submitit executor are :mod:`.executors`; this
+module creates the run directory, submits, waits and reports each rank.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from .rundir import RunDir, RunDirError, default_run_name
-from .rundir import manifest as run_manifest
-from .slurmparams import submitit_slurm_parameters
-from .spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, validate_run_name
+from ..rundir import RunDir, RunDirError, default_run_name
+from ..rundir import manifest as run_manifest
+from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, validate_run_name
+from .executors import LaunchError, choose_executor, make_executor, resolve_resources
+
+#: The old name of LaunchError, kept for callers of hpcprof.submit.
+SubmitError = LaunchError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class SubmitError(RuntimeError):
-    """Something the user can fix before anything runs."""
 
 
 @dataclass
@@ -43,80 +42,6 @@ class Launch:
     job: Any
     world_size: int
     spec: JobSpec
-
-
-# ------------------------------------------------------------------------------------ choices
-def slurm_reachable() -> tuple[bool, str]:
-    """Whether the SLURM client commands are here and answer, with the reason."""
-    if shutil.which("sbatch") is None:
-        return False, "sbatch is not on PATH"
-    try:
-        proc = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return False, f"sinfo did not answer ({exc})"
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        return False, f"sinfo failed: {lines[-1][:160] if lines else 'exit code %d' % proc.returncode}"
-    return True, "the SLURM client commands answer"
-
-
-def choose_executor(requested: str) -> tuple[str, str]:
-    if requested != "auto":
-        return requested, "asked for"
-    ok, why = slurm_reachable()
-    return ("slurm", why) if ok else ("local", why)
-
-
-def resolve_resources(spec: JobSpec, executor: str) -> JobSpec:
-    """Fill in tasks_per_node (and GPUs for local runs) from what the executor will have."""
-    r = spec.resources
-    if executor in ("local", "debug"):
-        if r.nodes != 1:
-            raise SubmitError(f"--nodes {r.nodes}: the {executor} executor runs on this machine only; use --cluster slurm")
-        import torch
-
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if r.gpus_per_node > gpus:
-            raise SubmitError(f"--gpus-per-node {r.gpus_per_node}: this machine has {gpus} visible GPU(s)")
-        if r.gpus_per_node == 0 and gpus and r.tasks_per_node == 0:
-            r.gpus_per_node = gpus
-        if r.tasks_per_node == 0:
-            r.tasks_per_node = r.gpus_per_node or 2
-        if executor == "debug" and r.tasks_per_node != 1:
-            print(f"hpcprof: the debug executor runs one rank in this process (tasks_per_node {r.tasks_per_node} -> 1)",
-                  file=sys.stderr)
-            r.tasks_per_node = 1
-    elif r.tasks_per_node == 0:
-        r.tasks_per_node = r.gpus_per_node or 1
-    if r.gpus_per_node and r.tasks_per_node > r.gpus_per_node:
-        raise SubmitError(
-            f"--tasks-per-node {r.tasks_per_node} > --gpus-per-node {r.gpus_per_node}: one rank per GPU at most"
-        )
-    spec.resources.cluster = executor
-    return spec.validate(world_size=r.nodes * r.tasks_per_node)
-
-
-def make_executor(spec: JobSpec, executor: str, logs: Path):
-    import submitit
-
-    r = spec.resources
-    ex = submitit.AutoExecutor(folder=str(logs), cluster=executor)
-    params: dict[str, Any] = {
-        "timeout_min": r.time_min,
-        "nodes": r.nodes,
-        "tasks_per_node": r.tasks_per_node,
-        "name": r.job_name,
-    }
-    if r.gpus_per_node:
-        params["gpus_per_node"] = r.gpus_per_node
-    if executor == "slurm":
-        if r.cpus_per_task:
-            params["cpus_per_task"] = r.cpus_per_task
-        if r.mem_gb:
-            params["mem_gb"] = r.mem_gb
-        params.update(submitit_slurm_parameters(r.partition, r.account, r.qos, r.constraint, r.setup, r.slurm_extra))
-    ex.update_parameters(**params)
-    return ex
 
 
 # ------------------------------------------------------------------------------------ launch
@@ -133,9 +58,9 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print) -> Launch:
     log(f"hpcprof: run directory {run.root}")
     command_line = list(argv if argv is not None else sys.argv)
     run_manifest.write(run, run_manifest.Manifest.at_launch(spec, name, executor, world, command_line))
-    from .rank.task import TrainTask
+    from ..rank.task import TrainTask
 
-    ex = make_executor(spec, executor, run.logs_dir)
+    ex = make_executor(spec.resources, executor, run.logs_dir)
     job = ex.submit(TrainTask(spec, str(run.root.resolve())))
     run_manifest.record_job_id(run, str(job.job_id))
     log(f"hpcprof: submitted job {job.job_id} ({world} rank(s) on {spec.resources.nodes} node(s))")
@@ -249,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = spec_from_args(args)
         launched = launch(spec, argv=["python", "-m", "hpcprof.submit", *argv])
-    except (SpecError, SubmitError, RunDirError) as exc:
+    except (SpecError, LaunchError, RunDirError) as exc:
         print(f"hpcprof.submit: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     do_wait = args.wait if args.wait is not None else launched.executor != "slurm"
@@ -262,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     code = wait(launched, poll_s=args.poll_s)
     if code == EXIT_OK and args.analyze:
-        from .analyze import main as analyze_main
+        from ..analyze import main as analyze_main
 
         code = analyze_main([str(launched.run.root)])
     elif code == EXIT_OK:

@@ -23,6 +23,7 @@ the script are then shell-quoted (``shlex.quote``) as well.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import re
 import shlex
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import importlib.resources
 from pathlib import Path
 
+from ..launch.executors import LaunchError, resolve_resources
 from ..spec import JobSpec, SpecError, add_spec_arguments, override_items, spec_from_args
 from .resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset
 
@@ -168,8 +170,13 @@ def sbatch_options(spec: JobSpec, template_opts: dict[str, str | None],
         template_gpus = int(m.group(1)) if m else 0
     elif opts.get("gpus-per-node"):
         template_gpus = int(re.sub(r"\D", "", opts["gpus-per-node"] or "") or 0)
+    # GPUs and ranks per node: resolved as submit resolves them (the template's counts as defaults),
+    # on a copy, so that the ranks' flags keep only what the user set.
+    template_tasks = opts.get("ntasks-per-node") or ""
+    resolved = resolve_resources(copy.deepcopy(spec), "slurm", default_gpus=template_gpus,
+                                 default_tasks=int(template_tasks) if template_tasks.isdigit() else 0)
+    gpus = resolved.resources.gpus_per_node
     form = gpu_request or ("gpus-per-node" if "gpus-per-node" in opts else "gres")
-    gpus = r.gpus_per_node or template_gpus
     # Keep the GPU line where the template has it; drop it for a CPU-only job.
     keys = list(opts)
     gpu_keys = [k for k in ("gres", "gpus-per-node") if k in opts and
@@ -185,11 +192,7 @@ def sbatch_options(spec: JobSpec, template_opts: dict[str, str | None],
     opts = {k: opts.get(k) for k in keys}
     if gpus:
         opts[form] = f"gpu:{gpus}" if form == "gres" else str(gpus)
-    tasks = r.tasks_per_node or gpus or int(opts.get("ntasks-per-node") or 1)
-    if gpus and tasks > gpus:
-        raise RenderError(f"resources.tasks_per_node = {tasks} > {gpus} GPUs per node: one rank per "
-                          f"GPU at most")
-    set_opt("ntasks-per-node", str(tasks))
+    set_opt("ntasks-per-node", str(resolved.resources.tasks_per_node))
     if r.cpus_per_task:
         set_opt("cpus-per-task", str(r.cpus_per_task))
     if r.mem_gb:
@@ -327,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         options = RenderOptions(template=args.template, modules=tuple(args.modules),
                                 venv=args.venv, gpu_request=args.gpu_request)
         text = render(spec, options, command=["python", "-m", "hpcprof.sbatch", *argv])
-    except (SpecError, RenderError) as exc:
+    except (SpecError, RenderError, LaunchError) as exc:
         print(f"hpcprof.sbatch: error: {exc}", file=sys.stderr)
         return 2
     if args.output:
