@@ -1,0 +1,537 @@
+"""What-if replay of each profiled step: what every rank costs the job, the job's straggler slowdown,
+and whether collective instances matched across ranks can be trusted.
+
+Why a replay: "the others waited X ms for rank s" is not what s costs the job. Waits overlap, a
+rank that is late at one collective may be early at the next, and the delay a late rank causes
+propagates through every later collective. The question a user acts on is "how much faster would
+the step be if s behaved like the others?"; a replay of the step's dependency graph answers it.
+
+Model (README.md, "Straggler flag", says the same in prose):
+- Per rank and profiled step, a CHAIN: the step start (ProfilerStep#N start), then alternately the
+  rank's own work SEGMENT and a matched COLLECTIVE, then the TAIL up to the rank's step end (the
+  later of the ProfilerStep end and the end of the device work launched in the step).
+  Arrival of rank r at collective k = start of its NCCL kernel (GPU) or of its `gloo:<op>` (CPU);
+  segment w_r(k) = arrival_r(k) - end_r(previous collective in the chain, or step start). Work that
+  is not a matched collective (compute, copies, host time, collectives with ranks outside the
+  analysed set or whose matching failed) is part of the segments.
+- Collectives are ordered by their last arrival (all ranks agree on that order, so the graph has no
+  cycles). Collectives on one NCCL stream are serialised, so for a single communication stream this
+  is the stream's order. The model ignores: that a collective on another stream may not really wait
+  for the previous one (its segment is then negative and replayed as such), transfer times that
+  would change with other arrival patterns, and host/device run-ahead beyond what the segments hold.
+- A collective ends at its last arrival plus its TRANSFER, T(k) = median over its ranks of
+  (end_r - last arrival), held fixed in every replay. Every rank leaves it at that instant.
+- Replay: start at the measured (clock-aligned) step starts, walk the collectives in order:
+  E(k) = max over its ranks of (E(previous of r) + w_r(k)) + T(k); rank end = E(last) + tail.
+  Step time = latest rank end - earliest rank start (the same definition as the trace drills of
+  hpcprof.drills.trace_drill, whose injected delays are the known answers the tests check).
+- replay error = (step time replayed with the measured segments - measured step time) / measured;
+  it must be small before any cost is trusted (reported per run and per step).
+- cost(s) per step = replayed step time - replayed step time with s's segments and tail replaced
+  by the median of the other ranks' matching segments (same collective) and tails. Both terms are
+  replays, so the model's own error cancels. It can be negative (s was faster than the median).
+- straggler slowdown S = replayed step time / step time replayed with every rank at the median of
+  all ranks (sum over the profiled steps).
+- Step starts are inputs: lateness a rank brings into a step was made in the previous step.
+
+Flag rule: a rank is a straggler when its cost exceeds max(NOISE_FLOOR_MS, REL_THRESHOLD x that
+step's time) in more than MIN_STEP_SHARE of the profiled steps; stragglers are ordered by their
+mean cost. NOISE_FLOOR_MS (1 ms): below it scheduling and clock jitter dominate, and nothing a user
+could fix is that small per step; REL_THRESHOLD (5%): a rank costing less than a twentieth of the
+step is not worth chasing before the job's other recommendations; MIN_STEP_SHARE (0.5, strictly
+more): a straggler is late in most steps, not once.
+
+Cause: in the windows before the straggler's late arrivals (the segments of the collectives where
+it arrived last, and its tail when it ended the step last), the time in each category minus the
+median of the other ranks' matching segments, summed, then netted: time a category lost cancels
+the largest positive excesses first (excesses that cancel are no cause; see `_net`).
+GPU ranks partition each window by device state first (gpu_compute, memcpy, comm: collectives
+outside the matched ones) and split the device-idle time by host state (data_loading, cpu_work,
+host_gap); CPU ranks partition by the main thread (data_loading, cpu_work, comm: a gloo op in
+flight while the main thread is idle, host_gap). The largest category is named when it explains
+at least CAUSE_MIN_SHARE (half) of the cost; otherwise the cause is "mixed" with the top two shares.
+
+Matching you can trust: instances are first keyed by (process group, sequence number) or else by
+(group, step, kind, n-th of that kind in the step); then checked. A collective ends on all its
+ranks at nearly the same instant and nobody leaves before the last one arrived, so an instance is
+kept only if its end lies within TOL of the collective's median end and not before the last
+arrival minus TOL. TOL is learned from the data: TOL_FACTOR x the 90th percentile end spread of
+the collectives whose instances overlap in time (physically possible matches), at least
+TOL_FLOOR_US. Instances that fail are re-paired by end time (same kind and group, mutual nearest
+end within TOL, overlapping): a sampled or multi-stream trace pairs kernels wrongly by order. What
+still fails is dropped, counted and reported as a warning; it is treated as the rank's own work
+and never as evidence of waiting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .clocks import estimate_clocks
+
+NOISE_FLOOR_MS = 1.0
+REL_THRESHOLD = 0.05
+MIN_STEP_SHARE = 0.5
+CAUSE_MIN_SHARE = 0.5
+TOL_FLOOR_US = 20.0  # NCCL kernels of one collective end within a few us on one host
+TOL_FACTOR = 3.0
+CAUSE_CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy", "comm")
+CAUSE_TEXT = {
+    "data_loading": "waiting for data (time in hpcprof.data / DataLoader before its late arrivals)",
+    "host_gap": "host-side gap (un-annotated host time: sleep, Python overhead, slow input outside the profiled regions)",
+    "cpu_work": "CPU operators (host-side operators took longer than on the other ranks)",
+    "gpu_compute": "GPU compute (kernels before its late arrivals ran longer than on the other ranks)",
+    "memcpy": "memory copies (memcpy/memset before its late arrivals)",
+    "comm": "communication transfer (collectives outside the matched ones, e.g. with ranks not analysed, took longer)",
+    "mixed": "mixed: no single category explains half of the cost",
+    "unknown": "unknown: the per-rank tables hold no category times (re-run the analysis without the cache)",
+}
+
+
+# ------------------------------------------------------------------------------------- matching
+def key_collectives(colls: pd.DataFrame) -> pd.DataFrame:
+    """Give every collective a cross-rank key: (group, seq) when every instance carries a sequence
+    number, else (group, step, kind, n-th of that kind in the step)."""
+    df = colls.copy()
+    if df.empty:
+        return df.assign(key=pd.Series(dtype=str))
+    # stream ids / group names must agree across ranks to be used as the group
+    groups_per_rank = df.groupby("rank")["group"].apply(frozenset)
+    if len(set(groups_per_rank)) > 1:
+        df["group"] = "default"
+        df["idx"] = df.sort_values("arrival_us").groupby(["rank", "group", "step", "kind"]).cumcount()
+    if df["seq"].notna().all():
+        df["key"] = df["group"].astype(str) + "|seq" + df["seq"].astype("int64").astype(str)
+    else:
+        df["key"] = (df["group"].astype(str) + "|" + df["step"].astype("int64").astype(str) + "|"
+                     + df["kind"].astype(str) + "|" + df["idx"].astype("int64").astype(str))
+    return df
+
+
+def learn_tolerance(df: pd.DataFrame) -> float:
+    """TOL (us): TOL_FACTOR x the 90th percentile end spread of the keys whose instances overlap in
+    time (the last arrival before the first end), at least TOL_FLOOR_US. `df` is aligned."""
+    g = df.groupby("key")
+    n = g["rank"].nunique()
+    overlap = (g["arrival"].max() <= g["end"].min()) & (n >= 2)
+    spread = (g["end"].max() - g["end"].min())[overlap]
+    if spread.empty:
+        return TOL_FLOOR_US
+    return float(max(TOL_FLOOR_US, TOL_FACTOR * np.percentile(spread.to_numpy(float), 90)))
+
+
+def _consistent(df: pd.DataFrame, tol: float) -> np.ndarray:
+    """Per instance: end within tol of its key's median end, not before the key's last arrival - tol
+    (the latest arriver is removed first when it arrived after the others had left)."""
+    ok = np.ones(len(df), dtype=bool)
+    end = df["end"].to_numpy(float)
+    arr = df["arrival"].to_numpy(float)
+    for _, idx in df.groupby("key").indices.items():
+        idx = np.asarray(idx)
+        med = np.median(end[idx])
+        keep = idx[np.abs(end[idx] - med) <= tol]
+        while keep.size >= 2:
+            late = keep[np.argmax(arr[keep])]
+            if arr[late] <= end[keep].min() + tol:
+                break
+            keep = keep[keep != late]
+        ok[idx] = False
+        if keep.size >= 2:
+            ok[keep] = True
+    return ok
+
+
+def _rematch(rest: pd.DataFrame, tol: float) -> pd.DataFrame:
+    """Pair leftover instances across ranks by end time: same kind and group, mutual nearest end
+    within tol, overlapping in time. Returns the re-keyed instances that found partners."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for _, grp in rest.groupby(["kind", "group"]):
+        ranks = sorted(grp["rank"].unique())
+        for i, a in enumerate(ranks):
+            ga = grp[grp["rank"] == a]
+            for b in ranks[i + 1:]:
+                gb = grp[grp["rank"] == b]
+                ea, eb = ga["end"].to_numpy(float), gb["end"].to_numpy(float)
+                d = np.abs(ea[:, None] - eb[None, :])
+                na, nb = d.argmin(axis=1), d.argmin(axis=0)
+                for x, y in enumerate(na):
+                    if nb[y] != x or d[x, y] > tol:
+                        continue
+                    ia, ib = ga.index[x], gb.index[y]
+                    if max(rest.at[ia, "arrival"], rest.at[ib, "arrival"]) > min(ea[x], eb[y]) + tol:
+                        continue
+                    parent[find(ia)] = find(ib)
+    groups: dict[int, list[int]] = {}
+    for i in list(parent):
+        groups.setdefault(find(i), []).append(i)
+    keep = []
+    for root, members in groups.items():
+        sub = rest.loc[members]
+        if len(members) >= 2 and sub["rank"].is_unique:
+            keep.append(sub.assign(key=f"end-matched|{root}"))
+    return pd.concat(keep) if keep else rest.iloc[:0]
+
+
+@dataclass
+class Matching:
+    """Matched, clock-aligned collective instances (columns arrival, end, key) and what was dropped."""
+
+    df: pd.DataFrame
+    offsets: dict
+    clocks: object
+    tol_us: float
+    n_instances: int
+    n_rematched: int
+    n_dropped: int
+    warnings: list = field(default_factory=list)
+
+
+def match_collectives(colls: pd.DataFrame, hosts: dict) -> Matching:
+    """Key, align, check and (where needed) re-pair collective instances (module docstring)."""
+    df = key_collectives(colls.reset_index(drop=True))
+    cnt = df.groupby("key")["rank"].transform("nunique")
+    clocks = estimate_clocks(df[cnt >= 2], hosts)
+    offsets = clocks.rank_offsets()
+    df["arrival"] = df["arrival_us"] - df["rank"].map(offsets).fillna(0.0)
+    df["end"] = df["end_us"] - df["rank"].map(offsets).fillna(0.0)
+    tol = learn_tolerance(df[cnt >= 2])
+    ok = _consistent(df, tol)
+    kept = df[ok]
+    again = _rematch(df[~ok], tol)
+    n_rest = int((~ok).sum())
+    n_dropped = n_rest - len(again)
+    warnings = []
+    # instances with no counterpart on any analysed rank (a collective with ranks outside the set)
+    # are not failures: they never had a partner to agree with
+    lonely = int(((cnt < 2) & ~ok).sum())
+    failed = n_dropped - lonely
+    if failed > 0:
+        warnings.append(
+            f"{failed} of {len(df)} collective instances were dropped from the cross-rank analysis: paired with "
+            f"another rank's instance by order, their end times disagree by more than the tolerance of "
+            f"{tol / 1e3:.3f} ms learned from the well-matched collectives (or one rank left before another "
+            "arrived), and no instance of the same kind ends within it; they count as the rank's own work, "
+            "never as waiting"
+        )
+    out = pd.concat([kept, again]) if len(again) else kept
+    return Matching(out, offsets, clocks, tol, len(df), len(again), n_dropped, warnings)
+
+
+# --------------------------------------------------------------------------------------- replay
+@dataclass
+class StepGraph:
+    """One profiled step: R ranks x K collectives (in replay order)."""
+
+    step: int
+    ranks: np.ndarray  # (R,)
+    start: np.ndarray  # (R,) aligned step starts
+    end: np.ndarray  # (R,) aligned step ends
+    member: np.ndarray  # (R, K) bool
+    seg: np.ndarray  # (R, K) segment before collective k (NaN if not a member)
+    transfer: np.ndarray  # (K,)
+    tail: np.ndarray  # (R,)
+    arrival: np.ndarray  # (R, K) aligned arrivals (NaN if not a member)
+    keys: list
+    prev: np.ndarray  # (R, K) index of the rank's previous collective in the chain (-1: step start)
+    last_k: np.ndarray  # (R,) the rank's last collective (-1: none)
+
+    @property
+    def measured_ms(self) -> float:
+        return float(self.end.max() - self.start.min()) / 1e3
+
+
+def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[StepGraph]:
+    """Step graphs from matched instances `m` (arrival/end aligned, key) and the per-rank steps
+    table (rank, step, ts_us, end_us[, device_end_us]). Without step markers, one graph over the
+    whole trace (start = a rank's first arrival, end = its last collective end)."""
+    if steps is None or steps.empty:
+        g = m.groupby("rank")
+        steps = pd.DataFrame({"rank": g["arrival"].min().index, "step": -1, "start": g["arrival"].min().to_numpy(),
+                              "stop": g["end"].max().to_numpy()})
+        m = m.assign(step=-1)
+    else:
+        off = steps["rank"].map(offsets).fillna(0.0)
+        stop = steps["end_us"]
+        if "device_end_us" in steps:
+            stop = np.fmax(stop, steps["device_end_us"])
+        steps = pd.DataFrame({"rank": steps["rank"], "step": steps["step"], "start": steps["ts_us"] - off, "stop": stop - off})
+    out = []
+    key_step = m.groupby("key")["step"].agg(lambda s: s.mode().iloc[0])
+    m = m[m["step"].to_numpy() == m["key"].map(key_step).to_numpy()]
+    for step, st in steps.groupby("step"):
+        st = st.drop_duplicates("rank").sort_values("rank")
+        ranks = st["rank"].to_numpy()
+        if len(ranks) < 2:
+            continue
+        sub = m[(m["step"] == step) & m["rank"].isin(ranks)]
+        cnt = sub.groupby("key")["rank"].transform("nunique")
+        sub = sub[cnt >= 2]
+        g = sub.groupby("key")
+        order = pd.DataFrame({"last": g["arrival"].max(), "end": g["end"].median()}).sort_values(["last", "end"])
+        keys = list(order.index)
+        R, K = len(ranks), len(keys)
+        ri = {int(r): i for i, r in enumerate(ranks)}
+        ki = {k: j for j, k in enumerate(keys)}
+        arr = np.full((R, K), np.nan)
+        end = np.full((R, K), np.nan)
+        for r, k, a, e in zip(sub["rank"], sub["key"], sub["arrival"], sub["end"]):
+            arr[ri[int(r)], ki[k]], end[ri[int(r)], ki[k]] = a, e
+        member = ~np.isnan(arr)
+        start, stop = st["start"].to_numpy(float), st["stop"].to_numpy(float)
+        seg = np.full((R, K), np.nan)
+        prev = np.full((R, K), -1, dtype=int)
+        last_k = np.full(R, -1, dtype=int)
+        tail = np.empty(R)
+        for i in range(R):
+            ks = np.flatnonzero(member[i])
+            prev_end, p = start[i], -1
+            for k in ks:
+                seg[i, k] = arr[i, k] - prev_end
+                prev[i, k] = p
+                prev_end, p = end[i, k], k
+            last_k[i] = p
+            tail[i] = stop[i] - prev_end
+        last_arr = np.nanmax(arr, axis=0) if K else np.empty(0)
+        transfer = np.nanmedian(end - last_arr[None, :], axis=0) if K else np.empty(0)
+        out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k))
+    return out
+
+
+def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """(R, K): per rank s and collective k, the median of the other members' x (x[s] itself where
+    s is the only member)."""
+    R = x.shape[0]
+    out = np.array(x, dtype=float, copy=True)
+    masked = np.where(member, x, np.nan)
+    for s in range(R):
+        o = np.delete(masked, s, axis=0)
+        with np.errstate(all="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                med = np.nanmedian(o, axis=0) if o.size else np.full(x.shape[1:], np.nan)
+        out[s] = np.where(np.isnan(med), out[s], med)
+    return out
+
+
+def replay(g: StepGraph, seg: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """Step times (ms) of S scenarios: `seg` (S, R, K) and `tail` (S, R) replace the measured ones."""
+    S, R = tail.shape
+    cur = np.broadcast_to(g.start, (S, R)).copy()
+    for k in range(g.member.shape[1]):
+        m = g.member[:, k]
+        e = np.max(cur[:, m] + seg[:, m, k], axis=1) + g.transfer[k]
+        cur[:, m] = e[:, None]
+    return (np.max(cur + tail, axis=1) - g.start.min()) / 1e3
+
+
+def scenarios(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Segments and tails of the R + 2 replays: as measured, each rank s at the median of the others
+    (scenario 1 + s), every rank at the median of all (last)."""
+    R, K = g.seg.shape
+    S = R + 2
+    seg = np.broadcast_to(g.seg, (S, R, K)).copy()
+    tail = np.broadcast_to(g.tail, (S, R)).copy()
+    mo = _median_others(g.seg, g.member)
+    to = _median_others(g.tail[:, None], np.ones((R, 1), dtype=bool))[:, 0]
+    idx = np.arange(R)
+    seg[1 + idx, idx, :] = mo
+    tail[1 + idx, idx] = to
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ma = np.nanmedian(np.where(g.member, g.seg, np.nan), axis=0) if K else np.empty(0)
+    seg[-1] = np.where(g.member, ma[None, :], np.nan)
+    tail[-1] = np.median(g.tail)
+    return seg, tail
+
+
+# ---------------------------------------------------------------------------------------- cause
+def _cum_columns(df: pd.DataFrame, at: str) -> list[str]:
+    return [f"cum_{c}_{at}_ms" for c in CAUSE_CATEGORIES]
+
+
+def _window_excess(g: StepGraph, s: int, m: pd.DataFrame, steps: pd.DataFrame | None) -> dict[str, float] | None:
+    """Net category excess (ms) of rank index s over the others' median in the windows before its
+    late arrivals in graph g (see the module docstring); None without category columns."""
+    arr_cols, end_cols = _cum_columns(m, "arrival"), _cum_columns(m, "end")
+    if steps is None or not set(arr_cols + end_cols) <= set(m.columns):
+        return None
+    st_start, st_end = _cum_columns(steps, "start"), _cum_columns(steps, "stop")
+    if not set(st_start + st_end) <= set(steps.columns):
+        return None
+    R, K = g.member.shape
+    ncat = len(CAUSE_CATEGORIES)
+    ca = np.full((R, K, ncat), np.nan)
+    ce = np.full((R, K, ncat), np.nan)
+    ri = {int(r): i for i, r in enumerate(g.ranks)}
+    ki = {k: j for j, k in enumerate(g.keys)}
+    sub = m[(m["key"].isin(ki)) & (m["rank"].isin(ri))]
+    rr = sub["rank"].map(ri).to_numpy()
+    kk = sub["key"].map(ki).to_numpy()
+    ca[rr, kk] = sub[arr_cols].to_numpy(float)
+    ce[rr, kk] = sub[end_cols].to_numpy(float)
+    stp = steps[steps["step"] == g.step].drop_duplicates("rank").set_index("rank")
+    s0 = stp.reindex(g.ranks)[st_start].to_numpy(float)
+    s1 = stp.reindex(g.ranks)[st_end].to_numpy(float)
+
+    def window(i: int, k: int) -> np.ndarray:  # categories of rank i's segment before k (k = -1: tail)
+        if k >= 0:
+            p = g.prev[i, k]
+            return ca[i, k] - (ce[i, p] if p >= 0 else s0[i])
+        p = g.last_k[i]
+        return s1[i] - (ce[i, p] if p >= 0 else s0[i])
+
+    excess = np.zeros(ncat)
+    last = np.nanargmax(np.where(g.member, g.arrival, -np.inf), axis=0) if K else np.empty(0, dtype=int)
+    for k in np.flatnonzero(last == s):
+        others = [window(i, k) for i in np.flatnonzero(g.member[:, k]) if i != s]
+        if others:
+            excess += np.nan_to_num(window(s, k) - np.nanmedian(others, axis=0))
+    if int(np.argmax(g.end)) == s:
+        others = [window(i, -1) for i in range(R) if i != s]
+        excess += np.nan_to_num(window(s, -1) - np.nanmedian(others, axis=0))
+    return dict(zip(CAUSE_CATEGORIES, excess.tolist()))
+
+
+def _net(excess: dict[str, float]) -> dict[str, float]:
+    """The excesses net of each other: time a category lost (negative excess) cancels the largest
+    positive excesses first (a rank that spent 90 ms more in CPU operators and 90 ms less in host
+    gaps reshuffled its time; it did not lose 90 ms to CPU work). What remains explains the cost."""
+    neg = -sum(min(0.0, v) for v in excess.values())
+    out = {c: max(0.0, v) for c, v in excess.items()}
+    for c in sorted(out, key=out.get, reverse=True):
+        take = min(out[c], neg)
+        out[c] -= take
+        neg -= take
+    return out
+
+
+def name_cause(excess: dict[str, float] | None, cost_ms: float) -> tuple[str, dict[str, float]]:
+    """(cause, shares): the category whose net excess explains >= CAUSE_MIN_SHARE of the cost, else
+    "mixed" (shares of the two largest); "unknown" without category data or without a cost."""
+    if excess is None or cost_ms <= 0:
+        return "unknown", {}
+    net = _net(excess)
+    shares = {c: v / cost_ms for c, v in net.items()}
+    top = sorted(shares, key=shares.get, reverse=True)
+    if shares[top[0]] >= CAUSE_MIN_SHARE:
+        return top[0], {top[0]: round(shares[top[0]], 3)}
+    return "mixed", {c: round(shares[c], 3) for c in top[:2]}
+
+
+# --------------------------------------------------------------------------------------- result
+@dataclass
+class WhatIf:
+    steps: pd.DataFrame  # step, measured_ms, replayed_ms, replay_error_pct, ideal_ms, threshold_ms
+    costs: pd.DataFrame  # rank, step, cost_ms, wait_ms, above
+    per_rank: pd.DataFrame  # rank, whatif_cost_ms_per_step, whatif_cost_ms_per_step_median, steps_above_share
+    stragglers: list
+    collectives: pd.DataFrame
+    matching: Matching | None
+    straggler_slowdown: float | None
+    replay_error_pct: float | None  # largest |error| over the profiled steps
+    warnings: list = field(default_factory=list)
+
+
+def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> WhatIf:
+    """The what-if analysis of a job from the per-rank collectives and steps tables (module docstring).
+
+    `colls`: rank, group, kind, seq, step, idx, arrival_us, end_us and, for the cause, the
+    cumulative category columns cum_<category>_{arrival,end}_ms. `steps`: rank, step, ts_us, end_us
+    [, device_end_us, cum_<category>_{start,stop}_ms]. `hosts`: rank -> host (one clock per host)."""
+    empty = WhatIf(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), [], pd.DataFrame(), None, None, None, [])
+    if colls is None or colls.empty or colls["rank"].nunique() < 2:
+        return empty
+    mt = match_collectives(colls, hosts)
+    graphs = [g for g in build_graphs(mt.df, steps, mt.offsets) if g.member.shape[1] > 0]
+    if not graphs:
+        empty.matching, empty.warnings = mt, list(mt.warnings)
+        return empty
+    step_rows, cost_rows = [], []
+    excess_sum: dict[int, np.ndarray] = {}
+    have_cause = True
+    for g in graphs:
+        seg, tail = scenarios(g)
+        t = replay(g, seg, tail)
+        thr = max(NOISE_FLOOR_MS, REL_THRESHOLD * g.measured_ms)
+        step_rows.append({"step": g.step, "measured_ms": g.measured_ms, "replayed_ms": t[0], "ideal_ms": t[-1],
+                          "replay_error_pct": 100 * (t[0] - g.measured_ms) / g.measured_ms if g.measured_ms else 0.0,
+                          "threshold_ms": thr, "collectives": g.member.shape[1]})
+        last_arr = np.nanmax(g.arrival, axis=0)
+        for i, r in enumerate(g.ranks):
+            cost = float(t[0] - t[1 + i])
+            wait = float(np.nansum(np.where(g.member[i], last_arr - g.arrival[i], 0.0))) / 1e3
+            cost_rows.append({"rank": int(r), "step": g.step, "cost_ms": cost, "wait_ms": wait, "above": cost > thr})
+            ex = _window_excess(g, i, mt.df, steps)
+            if ex is None:
+                have_cause = False
+            else:
+                excess_sum[int(r)] = excess_sum.get(int(r), np.zeros(len(CAUSE_CATEGORIES))) + np.array(list(ex.values()))
+    st = pd.DataFrame(step_rows)
+    costs = pd.DataFrame(cost_rows)
+    g = costs.groupby("rank")
+    n_steps = len(graphs)
+    per_rank = pd.DataFrame({
+        "whatif_cost_ms_per_step": g["cost_ms"].mean(),
+        "whatif_cost_ms_per_step_median": g["cost_ms"].median(),
+        "steps_above_share": g["above"].sum() / n_steps,
+        "wait_ms_per_step": g["wait_ms"].mean(),
+    }).reset_index()
+    stragglers = []
+    for row in per_rank.sort_values(["whatif_cost_ms_per_step", "rank"], ascending=[False, True]).itertuples():
+        if not row.steps_above_share > MIN_STEP_SHARE:
+            continue
+        mine = costs[costs["rank"] == row.rank]
+        total = float(mine["cost_ms"].clip(lower=0).sum())
+        ex = dict(zip(CAUSE_CATEGORIES, excess_sum[row.rank].tolist())) if have_cause else None
+        cause, shares = name_cause(ex, total)
+        stragglers.append({
+            "rank": int(row.rank),
+            "cost_ms_per_step": round(float(row.whatif_cost_ms_per_step), 3),
+            "cost_ms_per_step_median": round(float(row.whatif_cost_ms_per_step_median), 3),
+            "steps_flagged": int(mine["above"].sum()),
+            "steps": n_steps,
+            "late_in_steps_share": round(float(row.steps_above_share), 3),
+            "cause": cause,
+            "cause_detail": CAUSE_TEXT.get(cause, cause) if cause != "mixed" else
+            "mixed: " + ", ".join(f"{c} {100 * v:.0f}%" for c, v in shares.items()) + " of the cost",
+            "cause_shares": shares,
+            "cause_excess_ms_per_step": {c: round(v / n_steps, 3) for c, v in (ex or {}).items()},
+            "threshold_ms": round(float(st["threshold_ms"].median()), 3),
+            "others_wait_ms_per_step": round(float(per_rank.loc[per_rank["rank"] != row.rank, "wait_ms_per_step"].median()), 3),
+        })
+    ideal = float(st["ideal_ms"].sum())
+    slowdown = float(st["replayed_ms"].sum()) / ideal if ideal > 0 else None
+    err = float(st["replay_error_pct"].abs().max())
+    warnings = list(mt.warnings)
+    return WhatIf(st, costs, per_rank, stragglers, _collectives_table(mt.df), mt, slowdown, err, warnings)
+
+
+def _collectives_table(m: pd.DataFrame) -> pd.DataFrame:
+    """One row per matched collective: who arrived last, the skew and the transfer time."""
+    if m.empty:
+        return pd.DataFrame()
+    g = m.groupby("key")
+    last = m.loc[g["arrival"].idxmax(), ["key", "rank"]].set_index("key")["rank"]
+    out = pd.DataFrame({
+        "group": g["group"].first(), "kind": g["kind"].first(), "step": g["step"].max(), "n_ranks": g["rank"].nunique(),
+        "first_arrival_us": g["arrival"].min(), "last_arrival_us": g["arrival"].max(), "end_us": g["end"].median(),
+        "last_rank": last,
+    })
+    out["skew_ms"] = (out["last_arrival_us"] - out["first_arrival_us"]) / 1e3
+    out["transfer_ms"] = (out["end_us"] - out["last_arrival_us"]) / 1e3
+    return out.reset_index().sort_values("first_arrival_us", ignore_index=True)

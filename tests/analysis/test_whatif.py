@@ -1,0 +1,193 @@
+"""The what-if replay (hpcprof.analysis.reduce.whatif) on small synthetic chains whose answers are
+computed by hand in the comments, and the matching check on a pattern taken from a real sampled trace.
+
+Times are given in ms and written in us, as the per-rank tables hold them.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from hpcprof.analysis.reduce import whatif
+
+CATS = whatif.CAUSE_CATEGORIES
+
+
+def _colls(rows):
+    """rows: (rank, step, kind, n-th, arrival ms, end ms[, cum categories at arrival, at end])."""
+    out = []
+    for r in rows:
+        rank, step, kind, idx, a, e = r[:6]
+        d = {"rank": rank, "group": "g", "kind": kind, "name": kind, "seq": float("nan"), "step": step, "idx": idx,
+             "arrival_us": a * 1e3, "end_us": e * 1e3}
+        if len(r) > 6:
+            for c in CATS:
+                d[f"cum_{c}_arrival_ms"] = r[6].get(c, 0.0)
+                d[f"cum_{c}_end_ms"] = r[7].get(c, 0.0)
+        out.append(d)
+    return pd.DataFrame(out)
+
+
+def _steps(rows):
+    """rows: (rank, step, start ms, end ms[, cum categories at start, at stop])."""
+    out = []
+    for r in rows:
+        d = {"rank": r[0], "step": r[1], "ts_us": r[2] * 1e3, "end_us": r[3] * 1e3}
+        if len(r) > 4:
+            for c in CATS:
+                d[f"cum_{c}_start_ms"] = r[4].get(c, 0.0)
+                d[f"cum_{c}_stop_ms"] = r[5].get(c, 0.0)
+        out.append(d)
+    return pd.DataFrame(out)
+
+
+HOSTS = {0: "n0", 1: "n0", 2: "n0"}
+
+
+def test_one_collective_two_ranks_by_hand():
+    # rank 0 arrives at 10, rank 1 at 30; transfer 5 -> both leave at 35; tails 5 -> both end at 40.
+    # measured step = 40. Rank 1 at rank 0's segment (10): leaves at 15, ends at 20 -> cost 20.
+    # Rank 0 at rank 1's segment (30): nothing changes -> cost 0. Every rank at the median (20):
+    # leaves at 25, ends at 30 -> S = 40 / 30.
+    colls = _colls([(0, 1, "ar", 0, 10, 35), (1, 1, "ar", 0, 30, 35)])
+    steps = _steps([(0, 1, 0, 40), (1, 1, 0, 40)])
+    w = whatif.analyze(colls, steps, HOSTS)
+    cost = w.per_rank.set_index("rank")["whatif_cost_ms_per_step"]
+    assert cost[1] == pytest.approx(20.0)
+    assert cost[0] == pytest.approx(0.0)
+    assert w.straggler_slowdown == pytest.approx(40 / 30)
+    assert w.replay_error_pct == pytest.approx(0.0)
+    assert [s["rank"] for s in w.stragglers] == [1]
+    assert w.stragglers[0]["cost_ms_per_step"] == pytest.approx(20.0)
+
+
+def test_lateness_propagates_through_later_collectives():
+    # Three ranks, two all-reduces, transfer 1 each. Segments before c1: 10, 10, 10; rank 2 takes
+    # 20 before c2 while the others take 5. c1: all arrive 10, leave 11. c2: arrivals 16, 16, 31;
+    # leave 32; tails 3 -> step 35. Rank 2 at the others' median (5): c2 leaves 17, step 20 -> cost 15.
+    # Ranks 0 and 1: the median of the others (5 and 20 -> 12.5) is later than their own 5, but
+    # rank 2 still arrives at 31 -> cost 0.
+    colls = _colls([
+        (0, 1, "ar", 0, 10, 11), (1, 1, "ar", 0, 10, 11), (2, 1, "ar", 0, 10, 11),
+        (0, 1, "ar", 1, 16, 32), (1, 1, "ar", 1, 16, 32), (2, 1, "ar", 1, 31, 32),
+    ])
+    steps = _steps([(0, 1, 0, 35), (1, 1, 0, 35), (2, 1, 0, 35)])
+    w = whatif.analyze(colls, steps, HOSTS)
+    cost = w.per_rank.set_index("rank")["whatif_cost_ms_per_step"]
+    assert cost.to_dict() == pytest.approx({0: 0.0, 1: 0.0, 2: 15.0})
+    assert w.steps["measured_ms"].iloc[0] == pytest.approx(35.0)
+    assert w.steps["replayed_ms"].iloc[0] == pytest.approx(35.0)
+    # every rank at the median: c2 segment median 5 -> leaves 17, ends 20 -> S = 35 / 20
+    assert w.straggler_slowdown == pytest.approx(35 / 20)
+
+
+def test_replay_error_is_the_disagreement_of_end_times():
+    # Rank 1's instance ends 0.5 ms after rank 0's (within the matching tolerance of the learned
+    # scale: only one collective, so TOL = 3 x its spread). Transfer = median(35 - 30, 35.5 - 30)
+    # = 5.25 -> the replay leaves at 35.25; rank 1's tail (40.5 - 35.5 = 5) ends it at 40.25 while
+    # it measured 40.5: error = -0.25 / 40.5.
+    colls = _colls([(0, 1, "ar", 0, 10, 35), (1, 1, "ar", 0, 30, 35.5)])
+    steps = _steps([(0, 1, 0, 40), (1, 1, 0, 40.5)])
+    w = whatif.analyze(colls, steps, HOSTS)
+    assert w.steps["replay_error_pct"].iloc[0] == pytest.approx(100 * -0.25 / 40.5)
+    assert w.replay_error_pct == pytest.approx(100 * 0.25 / 40.5)
+
+
+def test_flag_needs_most_steps():
+    # rank 1 is 20 ms late in step 1 only (of 2): cost 10 ms per step on average, but above the
+    # threshold in half of the steps, not most -> not a straggler; its cost is still reported.
+    rows, st = [], []
+    for step, late in ((1, 30), (2, 10)):
+        t0 = 100 * step
+        rows += [(0, step, "ar", 0, t0 + 10, t0 + late + 5), (1, step, "ar", 0, t0 + late, t0 + late + 5)]
+        st += [(0, step, t0, t0 + late + 10), (1, step, t0, t0 + late + 10)]
+    w = whatif.analyze(_colls(rows), _steps(st), HOSTS)
+    cost = w.per_rank.set_index("rank")["whatif_cost_ms_per_step"]
+    assert cost[1] == pytest.approx(10.0)
+    assert w.stragglers == []
+    # a third step like the first makes it most of the steps
+    rows += [(0, 3, "ar", 0, 310, 335), (1, 3, "ar", 0, 330, 335)]
+    st += [(0, 3, 300, 340), (1, 3, 300, 340)]
+    w = whatif.analyze(_colls(rows), _steps(st), HOSTS)
+    assert [s["rank"] for s in w.stragglers] == [1]
+    assert w.stragglers[0]["steps_flagged"] == 2 and w.stragglers[0]["steps"] == 3
+
+
+def _cause_case(late_cats: dict, other_cats: dict):
+    """Rank 1 arrives 20 ms late; its segment before the collective holds `late_cats` (ms per
+    category), rank 0's holds `other_cats`; nothing after the collective."""
+    z = {c: 0.0 for c in CATS}
+    colls = _colls([
+        (0, 1, "ar", 0, 10, 35, other_cats, other_cats),
+        (1, 1, "ar", 0, 30, 35, late_cats, late_cats),
+    ])
+    steps = _steps([(0, 1, 0, 35, z, other_cats), (1, 1, 0, 35, z, late_cats)])
+    return whatif.analyze(colls, steps, HOSTS).stragglers[0]
+
+
+def test_cause_is_the_net_excess_that_explains_half_the_cost():
+    # cost 20; host_gap excess 18 of 20 -> host_gap
+    s = _cause_case({"host_gap": 20, "cpu_work": 10}, {"host_gap": 2, "cpu_work": 8})
+    assert s["cause"] == "host_gap"
+    assert s["cause_shares"] == {"host_gap": pytest.approx(0.9)}
+
+
+def test_excesses_that_cancel_are_no_cause():
+    # cpu_work +92 and host_gap -90 (a wash) plus gpu_compute +18: the net excess is gpu_compute's
+    # 18 of the cost 20 -> gpu_compute, not cpu_work
+    s = _cause_case({"cpu_work": 100, "host_gap": 0, "gpu_compute": 20}, {"cpu_work": 8, "host_gap": 90, "gpu_compute": 2})
+    assert s["cause"] == "gpu_compute"
+    assert s["cause_shares"] == {"gpu_compute": pytest.approx(0.9)}
+    # the issue's case: cpu_work +92.3 against host_gap -93.7 and nothing else is no cause at all
+    s = _cause_case({"cpu_work": 100.3, "host_gap": 0.3}, {"cpu_work": 8, "host_gap": 94})
+    assert s["cause"] == "mixed"
+    assert max(s["cause_shares"].values()) == 0
+
+
+def test_no_category_with_half_the_cost_is_mixed_with_the_top_two():
+    # excesses 8 (data_loading) and 7 (memcpy) and 5 (comm) of a cost 20: none reaches half
+    s = _cause_case({"data_loading": 8, "memcpy": 7, "comm": 5}, {})
+    assert s["cause"] == "mixed"
+    assert s["cause_shares"] == {"data_loading": pytest.approx(0.4), "memcpy": pytest.approx(0.35)}
+    assert "data_loading 40%" in s["cause_detail"]
+
+
+def test_pairs_by_order_with_inconsistent_ends_are_dropped_and_repaired_by_end():
+    # The pattern of hta_sampled_2of128 (two ranks of a 128-rank job, send/recv on one stream):
+    # rank 0's 2nd kernel and rank 1's 1st end at the same instant (the same operation); pairing by
+    # order matches rank 0's 1st with rank 1's 1st, ends 60 ms apart, and rank 0 left before rank 1
+    # arrived. Well-matched collectives (ends 0.05 and 0.1 ms apart) set the tolerance.
+    colls = _colls([
+        (0, 1, "SendRecv", 0, 15, 45), (0, 1, "SendRecv", 1, 46, 108), (0, 1, "SendRecv", 2, 216, 228),
+        (0, 1, "SendRecv", 3, 300, 320),
+        (1, 1, "SendRecv", 0, 50, 108), (1, 1, "SendRecv", 1, 155, 196), (1, 1, "SendRecv", 2, 219, 228.05),
+        (1, 1, "SendRecv", 3, 310, 320.1),
+    ])
+    steps = _steps([(0, 1, 0, 400), (1, 1, 0, 400)])
+    m = whatif.match_collectives(colls, HOSTS)
+    assert m.tol_us == pytest.approx(3 * (50 + 0.9 * 50))  # 3 x 90th percentile of [50, 100] us
+    pairs = sorted(tuple(sorted(zip(g["rank"], g["arrival_us"] / 1e3))) for _, g in m.df.groupby("key"))
+    assert pairs == [((0, 46.0), (1, 50.0)), ((0, 216.0), (1, 219.0)), ((0, 300.0), (1, 310.0))]
+    assert m.n_rematched == 2
+    assert m.n_dropped == 2  # rank 0's first and rank 1's second kernel: no partner ends near them
+    assert m.warnings and "2 of 8 collective instances were dropped" in m.warnings[0]
+    w = whatif.analyze(colls, steps, HOSTS)
+    assert w.warnings == m.warnings
+    # the dropped kernels are the ranks' own work, the bad pair's 60 ms "wait" counts nowhere: rank 1
+    # is late by 4, 3 and 10 ms at the three real collectives. At rank 0's segments (46, 108, 72)
+    # and tail (80), with transfers 58, 9.025 and 10.05, it would end at 383.075 instead of 400.025.
+    cost = w.per_rank.set_index("rank")["whatif_cost_ms_per_step"]
+    assert cost[1] == pytest.approx(400.025 - 383.075)
+
+
+def test_clock_offsets_between_hosts_are_removed_before_the_replay():
+    # rank 1's host clock runs 100 ms ahead: its trace times are +100. After alignment the case is
+    # the first test's: rank 1 costs 20 ms.
+    colls = _colls([(0, 1, "ar", 0, 10, 35), (1, 1, "ar", 0, 130, 135), (0, 1, "ar", 1, 40, 41), (1, 1, "ar", 1, 140, 141)])
+    steps = _steps([(0, 1, 0, 45), (1, 1, 100, 145)])
+    w = whatif.analyze(colls, steps, {0: "a", 1: "b"})
+    assert w.matching.offsets[1] == pytest.approx(100e3)
+    cost = w.per_rank.set_index("rank")["whatif_cost_ms_per_step"]
+    assert cost[1] == pytest.approx(20.0)
+    assert w.replay_error_pct == pytest.approx(0.0)
