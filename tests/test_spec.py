@@ -114,3 +114,45 @@ def test_bad_spec_on_command_line_exits_2_naming_key(tmp_path):
     assert proc.returncode == 2
     assert "unknown key 'data.num_wrkers'" in proc.stdout and "num_workers" in proc.stdout
     assert not any(tmp_path.iterdir()), "nothing is created for a refused spec"
+
+
+def test_every_flag_maps_back_to_its_field():
+    # One table of flag/field aliases: sbatch rendering names fields through it, never by re-parsing.
+    from hpcprof.spec import field_of_flag, flag_of, iter_fields
+
+    for dotted, _default, _doc in iter_fields():
+        assert field_of_flag(flag_of(dotted)) == dotted
+    assert field_of_flag("--inject-crash") == "drills.crash"
+    assert field_of_flag("--partition") == "resources.partition"
+    assert field_of_flag("--no-profiler-enabled") == "profiler.enabled"
+    assert field_of_flag("--wait") is None
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--slurm-extra", "mail-user=a b"], "resources.slurm_extra['mail-user']"),
+        (["--slurm-extra", "hint"], "KEY=VALUE"),
+        (["--set", "resources.slurm_extra=x=1,y=$(id)"], "resources.slurm_extra['y']"),
+        (["--setup", "module load a\nb"], "resources.setup[0]"),
+        (["--train-lr", "nan"], "train.lr must be a finite number"),
+    ],
+)
+def test_slurm_values_are_checked_on_the_submit_path_too(argv, message):
+    # The spec checks what reaches submitit's #SBATCH lines, as the sbatch renderer always did.
+    with pytest.raises(SpecError) as err:
+        parse(*argv)
+    assert message in str(err.value)
+
+
+def test_slurm_resources_become_submitit_parameters():
+    spec = parse("--partition", "gpu_p13", "--constraint", "v100-32g|v100-16g", "--gpus-per-node", "4",
+                 "--tasks-per-node", "4", "--mem-gb", "64", "--slurm-extra", "exclusive=",
+                 "--slurm-extra", "hint=nomultithread", "--setup", "module load pytorch-gpu")
+    params = spec.resources.submitit_parameters("slurm")
+    assert params["slurm_partition"] == "gpu_p13" and params["slurm_constraint"] == "v100-32g|v100-16g"
+    assert params["gpus_per_node"] == 4 and params["tasks_per_node"] == 4 and params["mem_gb"] == 64
+    assert params["slurm_additional_parameters"] == {"exclusive": True, "hint": "nomultithread"}
+    assert params["slurm_setup"] == ["module load pytorch-gpu"]
+    local = spec.resources.submitit_parameters("local")
+    assert not any(k.startswith("slurm_") or k == "mem_gb" for k in local)
