@@ -18,6 +18,10 @@ documented at its top. Rendering replaces three marked blocks of the template:
 Every value is validated before anything is written: a value holding shell syntax (``;``, ``$``,
 backticks, quotes, newlines, redirections...) is refused with an error naming the field. Values in
 the script are then shell-quoted (``shlex.quote``) as well.
+
+About 350 lines: the three block renderers, the checks guarding every value they write, and the
+CLI. The checks stay here because only rendering needs them (the values' field-level rules are in
+:mod:`hpcprof.slurm.resources`; the resolution of ranks and GPUs in :mod:`hpcprof.launch.executors`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ annotation (:func:`choices`), so the type, the validation and the error message 
 ...") share one definition. Reading TOML and coercing values is :mod:`.toml`; the command-line
 flags are :mod:`.cli`. The ``[resources]`` section is :class:`hpcprof.slurm.resources.SlurmResources`
 (shared with the analysis job array) plus the executor choice.
+
+Over 300 lines on purpose: most of it is the docstring under each field (the user-facing
+documentation that ``--help`` shows), and the cross-field checks belong next to the fields.
 """
 
 from __future__ import annotations
