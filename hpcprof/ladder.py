@@ -1,0 +1,11 @@
+"""``python -m hpcprof.ladder JOBS_DIR [--through NN] [submit options]``: run an optimisation ladder
+and compare its rungs. The runner is :mod:`hpcprof.launch.ladder`; this shim is the user's command."""
+
+from __future__ import annotations
+
+import sys
+
+from .launch.ladder import find_rungs, main, run_ladder  # noqa: F401
+
+if __name__ == "__main__":
+    sys.exit(main())
