@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from ..cliparser import ArgumentParser
 from .stats import MIN_CHANGE_PCT
 
 
@@ -28,7 +29,7 @@ def default_out(paths: Sequence[str]) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hpcprof.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(prog="python -m hpcprof.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paths", nargs="+", metavar="RUN_OR_TRACES", help="run directories, analysis folders or trace folders; the first is the baseline")
     ap.add_argument("--out", default=None, help="output folder (default: compare-<first>-vs-<last> in the current folder)")
     ap.add_argument("--workers", type=int, default=None, help="worker processes when a run must be analysed first")

@@ -55,6 +55,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cliparser import ArgumentParser
+
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 STEP_PREFIX = "ProfilerStep#"
 DEFAULT_TOL_US = 1000.0
@@ -356,8 +358,8 @@ def inject(src, out, rank: int, *, stall_ms: float | None = None, before_collect
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hpcprof.drills.trace_drill", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(prog="python -m hpcprof.drills.trace_drill", description=__doc__.split("\n\n")[0],
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("src", type=Path, help="folder of per-rank Kineto traces (*.json, *.json.gz)")
     ap.add_argument("out", type=Path, help="folder to write the drilled set to (same file names)")
     ap.add_argument("--rank", type=int, required=True, help="the rank to delay")

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..rundir import RunDir, RunDirError, default_run_name
 from ..rundir import manifest as run_manifest
+from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, validate_run_name
 from .executors import LaunchError, choose_executor, make_executor, resolve_resources
 
@@ -147,7 +148,7 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
 
 # ------------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m hpcprof.submit",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -16,6 +16,7 @@ import os
 import sys
 from typing import Any
 
+from ..cliparser import ArgumentParser
 from ..rundir import RunDir, RunDirError
 from ..rundir import manifest as run_manifest
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args
@@ -44,7 +45,7 @@ def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> dict[str, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hpcprof.train", description=__doc__,
+    parser = ArgumentParser(prog="python -m hpcprof.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_spec_arguments(parser)
     return parser

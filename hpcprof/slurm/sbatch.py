@@ -37,6 +37,7 @@ import importlib.resources
 from pathlib import Path
 
 from ..launch.executors import LaunchError, resolve_resources
+from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, override_items, spec_from_args
 from .resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset
 
@@ -306,7 +307,7 @@ def render(spec: JobSpec, options: RenderOptions, command: list[str] | None = No
 
 # ------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m hpcprof.sbatch", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--template", default="generic",

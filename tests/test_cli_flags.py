@@ -1,0 +1,50 @@
+"""Every command's parser (hpcprof.cliparser): no prefix of a flag is accepted, and a mistyped flag
+is answered in one line with the closest real flag (issue 13: typos used to dump 35 lines of usage,
+and --data-num-worker was silently taken for --data-num-workers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import run_cli
+
+@pytest.mark.parametrize("module", ["hpcprof.submit", "hpcprof.sbatch", "hpcprof.train"])
+def test_typo_in_a_flag_is_one_line_with_the_suggestion(module, tmp_path):
+    proc = run_cli(module, "--data-num-wokers", "4", "--runs-dir", str(tmp_path), timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, proc.stdout
+    assert "unknown flag --data-num-wokers" in lines[0] and "did you mean --data-num-workers?" in lines[0]
+    assert not any(tmp_path.iterdir()), "nothing is created for a refused command line"
+
+
+@pytest.mark.parametrize("module", ["hpcprof.submit", "hpcprof.sbatch", "hpcprof.train"])
+@pytest.mark.parametrize("prefix", ["--train-step", "--data-num-worker"])
+def test_a_prefix_of_a_flag_is_refused(module, prefix, tmp_path):
+    proc = run_cli(module, prefix, "5", "--runs-dir", str(tmp_path), timeout=60)
+    assert proc.returncode == 2, proc.stdout
+    assert f"unknown flag {prefix}" in proc.stdout and f"did you mean {prefix}s?" in proc.stdout
+    assert not any(tmp_path.iterdir())
+
+
+def test_other_usage_errors_are_one_line_too():
+    proc = run_cli("hpcprof.submit", "--nodes", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout.strip().splitlines() == [
+        "python -m hpcprof.submit: error: argument --nodes: expected one argument; --help lists every flag"]
+
+
+def test_value_with_equals_sign_is_compared_by_its_flag():
+    proc = run_cli("hpcprof.sbatch", "--partiton=gpu", timeout=60)
+    assert proc.returncode == 2 and "unknown flag --partiton (did you mean --partition?)" in proc.stdout
+
+
+@pytest.mark.parametrize("module, args, typo, flag", [
+    ("hpcprof.compare", ["a", "b"], "--no-cach", "--no-cache"),
+    ("hpcprof.drills.trace_drill", ["src", "out", "--rank", "0"], "--stal-ms", "--stall-ms"),
+])
+def test_the_other_commands_suggest_too(module, args, typo, flag, tmp_path):
+    proc = run_cli(module, *args, typo, "5", timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert f"unknown flag {typo} (did you mean {flag}?)" in proc.stdout, proc.stdout
+    assert not any(tmp_path.iterdir())
