@@ -668,7 +668,7 @@ def _tail(path: str, n: int = 15) -> str:
 
 # --------------------------------------------------------------------------------- CLI
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python tools/localslurm.py",
+    p = argparse.ArgumentParser(prog="python tools/localslurm.py", allow_abbrev=False,
                                 description="A real multi-node SLURM cluster on this machine "
                                             "(needs root). All state under --state-dir.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -676,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
                         ("down", "stop every daemon of the cluster (by pid)"),
                         ("env", "print 'export SLURM_CONF=...' for eval in a shell"),
                         ("status", "print which daemons of the cluster are running")):
-        sp = sub.add_parser(name, help=help_)
+        sp = sub.add_parser(name, help=help_, allow_abbrev=False)
         sp.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
                         help=f"directory holding all cluster state (default {DEFAULT_STATE_DIR})")
         if name == "up":
