@@ -83,8 +83,8 @@ def test_lateness_propagates_through_later_collectives():
 
 
 def test_replay_error_is_the_disagreement_of_end_times():
-    # Rank 1's instance ends 0.5 ms after rank 0's (within the matching tolerance of the learned
-    # scale: only one collective, so TOL = 3 x its spread). Transfer = median(35 - 30, 35.5 - 30)
+    # Rank 1's instance ends 0.5 ms after rank 0's (within the matching tolerance: only one
+    # collective, so TOL = 4 x its spread). Transfer = median(35 - 30, 35.5 - 30)
     # = 5.25 -> the replay leaves at 35.25; rank 1's tail (40.5 - 35.5 = 5) ends it at 40.25 while
     # it measured 40.5: error = -0.25 / 40.5.
     colls = _colls([(0, 1, "ar", 0, 10, 35), (1, 1, "ar", 0, 30, 35.5)])
@@ -166,7 +166,8 @@ def test_pairs_by_order_with_inconsistent_ends_are_dropped_and_repaired_by_end()
     ])
     steps = _steps([(0, 1, 0, 400), (1, 1, 0, 400)])
     m = whatif.match_collectives(colls, HOSTS)
-    assert m.tol_us == pytest.approx(3 * (50 + 0.9 * 50))  # 3 x 90th percentile of [50, 100] us
+    # overlapping keys end 50 and 100 us apart (one cluster, no jump): TOL = 4 x their median 75 us
+    assert m.tol_us == pytest.approx(300.0)
     pairs = sorted(tuple(sorted(zip(g["rank"], g["arrival_us"] / 1e3))) for _, g in m.df.groupby("key"))
     assert pairs == [((0, 46.0), (1, 50.0)), ((0, 216.0), (1, 219.0)), ((0, 300.0), (1, 310.0))]
     assert m.n_rematched == 2
@@ -190,4 +191,20 @@ def test_clock_offsets_between_hosts_are_removed_before_the_replay():
     assert w.matching.offsets[1] == pytest.approx(100e3)
     cost = w.per_rank.set_index("rank")["whatif_cost_ms_per_step"]
     assert cost[1] == pytest.approx(20.0)
+    assert w.replay_error_pct == pytest.approx(0.0)
+
+
+def test_overlapping_collectives_do_not_wait_for_each_other():
+    # gloo runs collectives on two worker threads: rank 1 starts c2 at 20 while c1 (started at 10)
+    # still waits for rank 0 (arrives 45); both leave c1 at 50 and c2 at 60; steps end at 65.
+    # c2 did not wait for c1 on rank 1, so both ranks' segments before c2 start at the step start
+    # (rank 0: 55, rank 1: 20), not at c1's end (which would give rank 1 a segment of -30).
+    # Rank 0 at rank 1's segments (10, 20): c1 leaves 15, c2 leaves 25, step 30 -> cost 35 (its
+    # lateness), not 70.
+    colls = _colls([(0, 1, "ar", 0, 45, 50), (0, 1, "ar", 1, 55, 60), (1, 1, "ar", 0, 10, 50), (1, 1, "ar", 1, 20, 60)])
+    steps = _steps([(0, 1, 0, 65), (1, 1, 0, 65)])
+    w = whatif.analyze(colls, steps, HOSTS)
+    cost = w.per_rank.set_index("rank")["whatif_cost_ms_per_step"]
+    assert cost[0] == pytest.approx(35.0)
+    assert cost[1] == pytest.approx(0.0)
     assert w.replay_error_pct == pytest.approx(0.0)

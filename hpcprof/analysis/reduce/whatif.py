@@ -15,10 +15,15 @@ Model (README.md, "Straggler flag", says the same in prose):
   is not a matched collective (compute, copies, host time, collectives with ranks outside the
   analysed set or whose matching failed) is part of the segments.
 - Collectives are ordered by their last arrival (all ranks agree on that order, so the graph has no
-  cycles). Collectives on one NCCL stream are serialised, so for a single communication stream this
-  is the stream's order. The model ignores: that a collective on another stream may not really wait
-  for the previous one (its segment is then negative and replayed as such), transfer times that
-  would change with other arrival patterns, and host/device run-ahead beyond what the segments hold.
+  cycles). GPU: the NCCL kernels of a stream run one after another, so a rank's segment starts at
+  the end of its previous collective, or, where that one was still running when the rank arrived
+  (another stream), at the latest one that had ended (`_anchors`). CPU (gloo): collectives run on
+  worker threads while the main thread goes on computing, so a rank reaches each one by its own
+  progress since the step start (every segment starts at the step start) and waits for them at
+  the end of backward (its tail). The model ignores: a dependency on a collective that overlapped
+  the arrival (another stream), transfer times that would change with other arrival patterns, and
+  a rank whose arrival was set by its own compute while the model chains it to the previous
+  collective's end (GPU; it then overstates what an earlier end would have saved).
 - A collective ends at its last arrival plus its TRANSFER, T(k) = median over its ranks of
   (end_r - last arrival), held fixed in every replay. Every rank leaves it at that instant.
 - Replay: start at the measured (clock-aligned) step starts, walk the collectives in order:
@@ -54,10 +59,9 @@ at least CAUSE_MIN_SHARE (half) of the cost; otherwise the cause is "mixed" with
 Matching you can trust: instances are first keyed by (process group, sequence number) or else by
 (group, step, kind, n-th of that kind in the step); then checked. A collective ends on all its
 ranks at nearly the same instant and nobody leaves before the last one arrived, so an instance is
-kept only if its end lies within TOL of the collective's median end and not before the last
-arrival minus TOL. TOL is learned from the data: TOL_FACTOR x the 90th percentile end spread of
-the collectives whose instances overlap in time (physically possible matches), at least
-TOL_FLOOR_US. Instances that fail are re-paired by end time (same kind and group, mutual nearest
+kept only if its end lies within TOL / 2 of the collective's median end (two kept instances end
+at most TOL apart) and not before the last arrival minus TOL. TOL is learned from the data
+(`learn_tolerance`): TOL_FACTOR x the median end spread of the cluster of well-matched collectives. Instances that fail are re-paired by end time (same kind and group, mutual nearest
 end within TOL, overlapping): a sampled or multi-stream trace pairs kernels wrongly by order. What
 still fails is dropped, counted and reported as a warning; it is treated as the rank's own work
 and never as evidence of waiting.
@@ -65,6 +69,7 @@ and never as evidence of waiting.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,8 +81,10 @@ NOISE_FLOOR_MS = 1.0
 REL_THRESHOLD = 0.05
 MIN_STEP_SHARE = 0.5
 CAUSE_MIN_SHARE = 0.5
-TOL_FLOOR_US = 20.0  # NCCL kernels of one collective end within a few us on one host
-TOL_FACTOR = 3.0
+TOL_FLOOR_US = 20.0  # NCCL kernels of one collective end within a few us on one host (Kineto: 1 us)
+TOL_FLOOR_CPU_US = 4000.0  # a gloo worker thread may wait a scheduler tick (4 ms at HZ=250) to run
+TOL_JUMP = 10.0  # wrong pairings end 40x and more further apart than the true ones (hta_sampled_2of128)
+TOL_FACTOR = 4.0  # true NCCL send/recv ends spread up to 3x their median on hta_sampled_2of128
 CAUSE_CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy", "comm")
 CAUSE_TEXT = {
     "data_loading": "waiting for data (time in hpcprof.data / DataLoader before its late arrivals)",
@@ -112,27 +119,37 @@ def key_collectives(colls: pd.DataFrame) -> pd.DataFrame:
 
 
 def learn_tolerance(df: pd.DataFrame) -> float:
-    """TOL (us): TOL_FACTOR x the 90th percentile end spread of the keys whose instances overlap in
-    time (the last arrival before the first end), at least TOL_FLOOR_US. `df` is aligned."""
+    """TOL (us): how far apart the ends of one collective's instances may lie, learned from the end
+    spreads (latest - earliest end) of the keys whose instances overlap in time (the last arrival
+    before the first end: physically possible matches). Sorted, the spreads of true matches form one
+    cluster and a wrong pairing sits far above it (hta_sampled_2of128: 8, 55, 189, 332 us, then
+    13.9 ms): the cluster ends before the first spread above TOL_JUMP x the median of the smaller
+    ones. TOL = TOL_FACTOR x the cluster's median, spreads counted as at least the floor (GPU:
+    TOL_FLOOR_US; CPU: TOL_FLOOR_CPU_US). `df` is clock-aligned (columns key, rank, arrival, end)."""
+    floor = TOL_FLOOR_CPU_US if "source" in df and (df["source"] == "cpu").any() else TOL_FLOOR_US
     g = df.groupby("key")
     n = g["rank"].nunique()
     overlap = (g["arrival"].max() <= g["end"].min()) & (n >= 2)
-    spread = (g["end"].max() - g["end"].min())[overlap]
-    if spread.empty:
-        return TOL_FLOOR_US
-    return float(max(TOL_FLOOR_US, TOL_FACTOR * np.percentile(spread.to_numpy(float), 90)))
+    spread = np.sort(np.maximum((g["end"].max() - g["end"].min())[overlap].to_numpy(float), floor))
+    if spread.size == 0:
+        return TOL_FACTOR * floor
+    k = 1
+    while k < spread.size and spread[k] <= TOL_JUMP * np.median(spread[:k]):
+        k += 1
+    return float(TOL_FACTOR * np.median(spread[:k]))
 
 
 def _consistent(df: pd.DataFrame, tol: float) -> np.ndarray:
     """Per instance: end within tol of its key's median end, not before the key's last arrival - tol
     (the latest arriver is removed first when it arrived after the others had left)."""
     ok = np.ones(len(df), dtype=bool)
+    tol_end = tol / 2  # two kept instances end at most tol apart
     end = df["end"].to_numpy(float)
     arr = df["arrival"].to_numpy(float)
     for _, idx in df.groupby("key").indices.items():
         idx = np.asarray(idx)
         med = np.median(end[idx])
-        keep = idx[np.abs(end[idx] - med) <= tol]
+        keep = idx[np.abs(end[idx] - med) <= tol_end]
         while keep.size >= 2:
             late = keep[np.argmax(arr[keep])]
             if arr[late] <= end[keep].min() + tol:
@@ -242,8 +259,8 @@ class StepGraph:
     tail: np.ndarray  # (R,)
     arrival: np.ndarray  # (R, K) aligned arrivals (NaN if not a member)
     keys: list
-    prev: np.ndarray  # (R, K) index of the rank's previous collective in the chain (-1: step start)
-    last_k: np.ndarray  # (R,) the rank's last collective (-1: none)
+    prev: np.ndarray  # (R, K) the collective the segment before k starts from (-1: step start), see _anchors
+    last_k: np.ndarray  # (R,) the rank's latest-ending collective, where its tail starts (-1: none)
 
     @property
     def measured_ms(self) -> float:
@@ -265,6 +282,11 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
         if "device_end_us" in steps:
             stop = np.fmax(stop, steps["device_end_us"])
         steps = pd.DataFrame({"rank": steps["rank"], "step": steps["step"], "start": steps["ts_us"] - off, "stop": stop - off})
+    # GPU: NCCL kernels of a stream run one after the other: a rank's segment runs from its previous
+    # collective's end. CPU (gloo): collectives run on worker threads while the main thread goes on
+    # computing; a rank reaches the next one by its own progress since the step start, and waits
+    # for them only at the end of backward (its tail).
+    serial = not ("source" in m and (m["source"] == "cpu").mean() > 0.5)
     out = []
     key_step = m.groupby("key")["step"].agg(lambda s: s.mode().iloc[0])
     m = m[m["step"].to_numpy() == m["key"].map(key_step).to_numpy()]
@@ -288,23 +310,47 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
             arr[ri[int(r)], ki[k]], end[ri[int(r)], ki[k]] = a, e
         member = ~np.isnan(arr)
         start, stop = st["start"].to_numpy(float), st["stop"].to_numpy(float)
+        prev = _anchors(member, arr, end) if serial else np.full((R, K), -1, dtype=int)
         seg = np.full((R, K), np.nan)
-        prev = np.full((R, K), -1, dtype=int)
-        last_k = np.full(R, -1, dtype=int)
-        tail = np.empty(R)
         for i in range(R):
-            ks = np.flatnonzero(member[i])
-            prev_end, p = start[i], -1
-            for k in ks:
-                seg[i, k] = arr[i, k] - prev_end
-                prev[i, k] = p
-                prev_end, p = end[i, k], k
-            last_k[i] = p
-            tail[i] = stop[i] - prev_end
+            for k in np.flatnonzero(member[i]):
+                p = prev[i, k]
+                seg[i, k] = arr[i, k] - (end[i, p] if p >= 0 else start[i])
+        # the tail runs from the end of the rank's latest-ending collective
+        last_k = np.where(member.any(axis=1), np.nanargmax(np.where(member, end, -np.inf), axis=1) if K else -1, -1)
+        tail = stop - np.where(last_k >= 0, end[np.arange(R), np.maximum(last_k, 0)] if K else start, start)
         last_arr = np.nanmax(arr, axis=0) if K else np.empty(0)
-        transfer = np.nanmedian(end - last_arr[None, :], axis=0) if K else np.empty(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            transfer = np.nanmedian(end - last_arr[None, :], axis=0) if K else np.empty(0)
         out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k))
     return out
+
+
+def _anchors(member: np.ndarray, arr: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """(R, K): the collective each rank's segment before k starts from (-1: the step start).
+
+    Normally the rank's previous collective. Where that one was still running when the rank arrived
+    at k (gloo runs collectives on two worker threads; NCCL on several streams), k did not wait for
+    it: go back to the latest collective that had ended. The anchor is then the same for every
+    member (the earliest of their own), so that the ranks' segments before k span the same work
+    and the median of the others' is a fair stand-in."""
+    R, K = member.shape
+    own = np.full((R, K), -1, dtype=int)
+    for i in range(R):
+        ks = np.flatnonzero(member[i])
+        for n, k in enumerate(ks):
+            for j in ks[:n][::-1]:
+                if end[i, j] <= arr[i, k]:
+                    own[i, k] = j
+                    break
+    anchor = np.full((R, K), -1, dtype=int)
+    for k in range(K):
+        m = np.flatnonzero(member[:, k])
+        common = own[m, k].min() if m.size else -1
+        for i in m:
+            anchor[i, k] = common if common < 0 or member[i, common] else own[i, k]
+    return anchor
 
 
 def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
@@ -315,12 +361,9 @@ def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
     masked = np.where(member, x, np.nan)
     for s in range(R):
         o = np.delete(masked, s, axis=0)
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                med = np.nanmedian(o, axis=0) if o.size else np.full(x.shape[1:], np.nan)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(o, axis=0) if o.size else np.full(x.shape[1:], np.nan)
         out[s] = np.where(np.isnan(med), out[s], med)
     return out
 
@@ -328,12 +371,17 @@ def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
 def replay(g: StepGraph, seg: np.ndarray, tail: np.ndarray) -> np.ndarray:
     """Step times (ms) of S scenarios: `seg` (S, R, K) and `tail` (S, R) replace the measured ones."""
     S, R = tail.shape
-    cur = np.broadcast_to(g.start, (S, R)).copy()
-    for k in range(g.member.shape[1]):
-        m = g.member[:, k]
-        e = np.max(cur[:, m] + seg[:, m, k], axis=1) + g.transfer[k]
-        cur[:, m] = e[:, None]
-    return (np.max(cur + tail, axis=1) - g.start.min()) / 1e3
+    K = g.member.shape[1]
+    E = np.zeros((S, K + 1))  # E[:, k]: when collective k ends; column K (index -1): unused
+    base = np.broadcast_to(g.start, (S, R))
+    for k in range(K):
+        m = np.flatnonzero(g.member[:, k])
+        a = g.prev[m, k]
+        t0 = np.where(a >= 0, E[:, a], base[:, m])
+        E[:, k] = np.max(t0 + seg[:, m, k], axis=1) + g.transfer[k]
+    lk = g.last_k
+    fin = np.where(lk >= 0, E[:, lk], base) + tail
+    return (np.max(fin, axis=1) - g.start.min()) / 1e3
 
 
 def scenarios(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -348,12 +396,9 @@ def scenarios(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
     idx = np.arange(R)
     seg[1 + idx, idx, :] = mo
     tail[1 + idx, idx] = to
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            ma = np.nanmedian(np.where(g.member, g.seg, np.nan), axis=0) if K else np.empty(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ma = np.nanmedian(np.where(g.member, g.seg, np.nan), axis=0) if K else np.empty(0)
     seg[-1] = np.where(g.member, ma[None, :], np.nan)
     tail[-1] = np.median(g.tail)
     return seg, tail
