@@ -220,7 +220,8 @@ def write_timeline(
         late = late[late["step"].isin(list(lo_step))]
         top = late.drop_duplicates("key").nlargest(MAX_ANNOTATED, "lateness_ms")["key"]
         late = late[late["key"].isin(set(top))]
-    n_annot = 0 if late.empty else len(late) * 2 + late["key"].nunique()
+    # one slice on the late rank per collective, per waiting rank one slice and a flow (2 events)
+    n_annot = 0 if late.empty else late["key"].nunique() + 3 * int(((late["rank"] != late["late_rank"]) & (late["wait_ms"] > 0)).sum())
 
     frames = {r: p["events"] for r, p in have.items()}
     n_flows = sum(int(((f["corr"] >= 0) & f["gpu"]).sum()) * 2 for f in frames.values())
