@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import fields
 from typing import Any, Iterator
 
@@ -121,8 +122,12 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
-    """The validated spec for a parsed command line (job file, then flags)."""
-    return load_spec(args.job, overrides_from_args(args))
+    """The validated spec for a parsed command line (job file, then flags); its warnings
+    (:meth:`JobSpec.warnings`) are printed to stderr, once, before anything runs."""
+    spec = load_spec(args.job, overrides_from_args(args))
+    for w in spec.warnings():
+        print(f"hpcprof: warning: {w}", file=sys.stderr)
+    return spec
 
 
 def override_items(spec: JobSpec, base: JobSpec | None = None) -> list[tuple[str, str, str | None]]:
