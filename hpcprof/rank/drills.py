@@ -16,16 +16,19 @@ class DrillCrash(RuntimeError):
 
 @dataclass(frozen=True)
 class RankDrills:
-    """What this rank injects: a host-side sleep before each forward pass, a crash at one step."""
+    """What this rank injects: a host-side sleep before each forward pass, a crash at one step, a
+    shift of its trace timestamps (clock skew of its node: hpcprof.rank.clock_skew)."""
 
     rank: int
     sleep_s: float = 0.0
     crash_step: int | None = None
+    clock_skew_ms: float = 0.0
 
     @classmethod
-    def for_rank(cls, drills: Drills, rank: int) -> "RankDrills":
-        s, c = drills.straggler_rank_ms, drills.crash_rank_step
-        return cls(rank, s[1] / 1000.0 if s and s[0] == rank else 0.0, c[1] if c and c[0] == rank else None)
+    def for_rank(cls, drills: Drills, rank: int, node: str | None = None) -> "RankDrills":
+        s, c, k = drills.straggler_rank_ms, drills.crash_rank_step, drills.clock_skew_node_ms
+        return cls(rank, s[1] / 1000.0 if s and s[0] == rank else 0.0, c[1] if c and c[0] == rank else None,
+                   k[1] if k and node is not None and k[0] == node else 0.0)
 
     def before_step(self, step: int) -> None:
         if self.crash_step is not None and step == self.crash_step:

@@ -8,6 +8,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from ..rundir import RunDir, temporary_then_rename
 from ..spec import Profiler
+from .clock_skew import skew_trace_file
 
 
 class NullProfiler:
@@ -31,8 +32,9 @@ class NullProfiler:
 class RankProfiler:
     """torch.profiler.profile configured from the spec for one rank."""
 
-    def __init__(self, cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int = 0):
+    def __init__(self, cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int = 0, clock_skew_ms: float = 0.0):
         self.cfg, self.run, self.rank = cfg, run, rank
+        self.clock_skew_ms = clock_skew_ms  # the clock-skew drill: timestamps shifted before the rename
         self.cycles_written = 0
         self._schedule = schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
@@ -60,6 +62,8 @@ class RankProfiler:
         final = self.run.trace_path(self.rank, cycle)
         with temporary_then_rename(self.run.trace_tmp_path(self.rank, cycle), final) as tmp:
             prof.export_chrome_trace(str(tmp))  # ".gz" suffix: torch writes gzip
+            if self.clock_skew_ms:
+                skew_trace_file(tmp, self.clock_skew_ms)
         self.cycles_written += 1
 
     def is_active_step(self, step: int) -> bool:
@@ -78,9 +82,9 @@ class RankProfiler:
         self.prof.step()
 
 
-def make_profiler(cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int):
+def make_profiler(cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int, clock_skew_ms: float = 0.0):
     if not cfg.enabled:
         p = NullProfiler()
         p.step_num = start_step
         return p
-    return RankProfiler(cfg, run, rank, use_cuda, start_step)
+    return RankProfiler(cfg, run, rank, use_cuda, start_step, clock_skew_ms)

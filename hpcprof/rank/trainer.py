@@ -101,11 +101,11 @@ class Trainer:
         self._build()
         if checkpoint:
             self.load_state_dict(checkpoint)
-        self.drills = RankDrills.for_rank(spec.drills, renv.rank)
+        self.drills = RankDrills.for_rank(spec.drills, renv.rank, renv.node)
         self.writer = StepWriter(self.run.steps_path(renv.rank), keep_until_step=self.start_step)
         self.timer = StepTimer(self.writer, self.use_cuda)
         self.watch = PreemptionWatch(self.ctrl_group)
-        self.prof = make_profiler(spec.profiler, self.run, renv.rank, self.use_cuda, self.start_step)
+        self.prof = make_profiler(spec.profiler, self.run, renv.rank, self.use_cuda, self.start_step, self.drills.clock_skew_ms)
         return self
 
     def _gather_rank_entries(self) -> list[RankEntry]:

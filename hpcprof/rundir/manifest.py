@@ -44,17 +44,27 @@ class CrashDrill:
 
 
 @dataclass
+class ClockSkewDrill:
+    node: str
+    ms: float
+    """The ranks on this node wrote their trace timestamps shifted by ms (their clock ahead)."""
+
+
+@dataclass
 class Drills:
     """The drills of the spec, as the analysis reads them (null when off)."""
 
     straggler: StragglerDrill | None = None
     crash: CrashDrill | None = None
+    clock_skew: ClockSkewDrill | None = None
 
     @classmethod
     def from_spec(cls, drills) -> "Drills":
         """From the spec's [drills] section (hpcprof.spec.Drills)."""
         s, c = drills.straggler_rank_ms, drills.crash_rank_step
-        return cls(StragglerDrill(s[0], s[1]) if s else None, CrashDrill(c[0], c[1]) if c else None)
+        k = drills.clock_skew_node_ms
+        return cls(StragglerDrill(s[0], s[1]) if s else None, CrashDrill(c[0], c[1]) if c else None,
+                   ClockSkewDrill(k[0], k[1]) if k else None)
 
 
 @dataclass
@@ -159,7 +169,7 @@ class Manifest:
         return _from_dict(cls, data, "manifest")
 
 
-MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, Versions, RankEntry, Clock, Attempt)
+MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, ClockSkewDrill, Versions, RankEntry, Clock, Attempt)
 """Every record type of manifest.json (docs/contract.md is checked against their fields)."""
 
 

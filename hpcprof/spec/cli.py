@@ -22,6 +22,7 @@ from .toml import load_spec
 FLAG_ALIASES: dict[str, str] = {
     "drills.straggler": "--inject-straggler",
     "drills.crash": "--inject-crash",
+    "drills.clock_skew": "--inject-clock-skew",
 }
 
 

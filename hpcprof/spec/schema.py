@@ -157,11 +157,26 @@ class Drills:
     (a slow input pipeline on one node). Empty: off."""
     crash: str = ""
     """"RANK:STEP": that rank raises at that step. Empty: off."""
+    clock_skew: str = ""
+    """"NODE:MS": the ranks on node NODE (its host name) write every trace timestamp shifted by MS
+    milliseconds (negative: behind), as a host with an unsynchronised clock would. The analysis
+    must recover the offset (summary.json clock_alignment) and report the same straggler and wait
+    numbers as without it. The step records are not shifted. Empty: off."""
 
     @property
     def straggler_rank_ms(self) -> tuple[int, float] | None:
         """The straggler drill as (rank, milliseconds), or None when off."""
         return _parse_pair(self.straggler, "drills.straggler", "RANK:MS", float) if self.straggler else None
+
+    @property
+    def clock_skew_node_ms(self) -> tuple[str, float] | None:
+        """The clock-skew drill as (node, milliseconds), or None when off."""
+        if not self.clock_skew:
+            return None
+        m = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\s*:\s*(-?[0-9]+(?:\.[0-9]*)?)\s*", str(self.clock_skew))
+        if not m:
+            raise SpecError(f"drills.clock_skew must look like NODE:MS (e.g. n2:5 or n2:-0.5), got {self.clock_skew!r}")
+        return m.group(1), float(m.group(2))
 
     @property
     def crash_rank_step(self) -> tuple[int, int] | None:
@@ -318,6 +333,7 @@ class JobSpec:
                 raise SpecError(f"{key}: rank {rank} does not exist (world size {ws})")
             if value < 0:
                 raise SpecError(f"{key}: {value} must be >= 0")
+        self.drills.clock_skew_node_ms  # refused here, before anything runs, when malformed
         crash = self.drills.crash_rank_step
         if crash and crash[1] >= t.steps:
             raise SpecError(f"drills.crash: step {crash[1]} is never reached (train.steps = {t.steps})")
