@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages hpcprof's real local SLURM cluster needs (tests/slurm, make slurm-up):
 # SLURM 22.05 (controller, node daemon, client, accounting daemon + MySQL plugin), munge,
-# MariaDB (server and client, -core packages only) and shellcheck (template lint tests).
+# MariaDB (server and client, -core packages only), shellcheck (template lint tests) and chromium
+# (headless screenshots and DOM checks of report.html, tests/analysis/test_report_browser.py).
 #
 # Idempotent: when every package is already installed it exits at once without touching apt.
 # Runs non-interactively as root. As a non-root user it prints what is missing and exits 0,
@@ -14,6 +15,7 @@ packages=(
   slurmctld slurmd slurm-client munge
   slurmdbd slurm-wlm-mysql-plugin mariadb-server-core mariadb-client-core
   shellcheck
+  chromium
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

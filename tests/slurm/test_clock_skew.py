@@ -1,0 +1,61 @@
+"""The clock-skew drill on the real 2-node cluster: the ranks on n2 write their traces with the clock
+SKEW_MS ahead. Both nodes run on this machine's one clock, so the true offset of n2 is exactly the
+injected skew: the analysis must recover it within its reported uncertainty and within 0.1 ms.
+The straggler and wait numbers must be those of the same traces with the skew taken out again
+(the same run, so no run-to-run noise enters the comparison)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from hpcprof.analysis import analyze
+from hpcprof.rank.clock_skew import skew_trace_file
+
+from .test_slurm_jobs import manifest, submit_cmd
+
+SKEW_MS = 5.0
+
+
+def test_clock_skew_on_n2_is_recovered(slurm_cluster, tmp_path):
+    runs = tmp_path / "runs"
+    cmd = submit_cmd(slurm_cluster, runs, "skew", "--train-steps", "12", "--profiler-wait", "1", "--profiler-active", "8",
+                     "--inject-clock-skew", f"n2:{SKEW_MS}", "--wait")
+    res = subprocess.run(cmd, env=slurm_cluster.env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = runs / "skew"
+    m = manifest(run)
+    assert m["drills"]["clock_skew"] == {"node": "n2", "ms": SKEW_MS}
+    on_n2 = sorted(e["rank"] for e in m["ranks"] if e["node"] == "n2")
+    assert on_n2 == [2, 3]
+
+    skewed = analyze(run, out=tmp_path / "an-skewed", workers=2, progress=False)
+    # the same traces with the skew taken out: what an analysis of a synchronised job would see
+    fixed = tmp_path / "fixed"
+    shutil.copytree(run, fixed, ignore=shutil.ignore_patterns("analysis"))
+    for r in on_n2:
+        skew_trace_file(fixed / "traces" / f"rank-{r}.pt.trace.json.gz", -SKEW_MS)
+    plain = analyze(fixed, out=tmp_path / "an-fixed", workers=2, progress=False)
+
+    hosts = {h["host"]: h for h in skewed["clock_alignment"]["hosts"]}
+    assert skewed["clock_alignment"]["reference_host"] == "n1"
+    n2 = hosts["n2"]
+    assert abs(n2["offset_ms"] - SKEW_MS) <= n2["uncertainty_ms"], n2
+    assert abs(n2["offset_ms"] - SKEW_MS) < 0.1, n2
+    assert not n2["suspect"], skewed["warnings"]
+    base = {h["host"]: h for h in plain["clock_alignment"]["hosts"]}["n2"]
+    assert abs(base["offset_ms"]) <= base["uncertainty_ms"], base  # one physical clock: offset 0
+
+    assert [s["rank"] for s in skewed["stragglers"]] == [s["rank"] for s in plain["stragglers"]]
+    assert skewed["collectives_matched"] == plain["collectives_matched"]
+    tol = 2 * n2["uncertainty_ms"] + 0.01
+    for a, b in zip(skewed["stragglers"], plain["stragglers"]):
+        assert abs(a["cost_ms_per_step"] - b["cost_ms_per_step"]) <= tol
+    import pandas as pd
+
+    wa = pd.read_csv(tmp_path / "an-skewed" / "tables" / "waits_per_step.csv").set_index(["rank", "step"])
+    wb = pd.read_csv(tmp_path / "an-fixed" / "tables" / "waits_per_step.csv").set_index(["rank", "step"])
+    common = [c for c in wa.columns if c in wb.columns and c.endswith("_ms")]
+    assert common, "no wait columns"
+    diff = (wa[common] - wb.loc[wa.index, common]).abs().to_numpy().max()
+    assert diff <= tol, f"waits move by {diff:.3f} ms with the skew (tolerance {tol:.3f})"
