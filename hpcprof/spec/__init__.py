@@ -25,6 +25,7 @@ Reading and writing TOML is :mod:`.toml`.
 from .cli import (
     FLAG_ALIASES,
     add_field_argument,
+    add_resource_arguments,
     add_spec_arguments,
     field_of_flag,
     flag_of,
@@ -32,6 +33,7 @@ from .cli import (
     override_argv,
     override_items,
     overrides_from_args,
+    resources_from_args,
     spec_from_args,
 )
 from .schema import (
@@ -58,8 +60,8 @@ from .toml import apply_values, load_spec, read_spec_toml, set_value, spec_from_
 __all__ = [
     "AMP_MODES", "ARCHS", "CLUSTERS", "DATA_SOURCES", "FLAG_ALIASES", "RUN_NAME_RE", "SECTIONS",
     "Data", "Drills", "JobSpec", "Model", "Profiler", "Resources", "SpecError", "Train",
-    "add_field_argument", "add_spec_arguments", "apply_values", "choices", "field_docs",
+    "add_field_argument", "add_resource_arguments", "add_spec_arguments", "apply_values", "choices", "field_docs",
     "field_of_flag", "flag_of", "iter_fields", "load_spec", "override_argv", "override_items",
-    "overrides_from_args", "read_spec_toml", "set_value", "spec_from_args", "spec_from_dict",
+    "overrides_from_args", "read_spec_toml", "resources_from_args", "set_value", "spec_from_args", "spec_from_dict",
     "to_toml", "validate_run_name",
 ]

@@ -5,18 +5,22 @@ Every field gets ``--<section>-<field>`` (``--data-num-workers``); resources fie
 fields need no prefix (``--nodes``, ``--partition``, ``--name``); :data:`FLAG_ALIASES` is the one
 table of flags that differ from that rule. ``--set section.field=value`` reaches any field too.
 :func:`flag_of` and :func:`field_of_flag` are the only translations between flags and fields.
+Other commands that take SLURM resources (the analysis array) add them with
+:func:`add_resource_arguments` under their own flag names, parsed and checked the same way.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from dataclasses import fields
 from typing import Any, Iterator
 
+from ..slurm.resources import SlurmResources
 from .schema import SECTIONS, JobSpec, SpecError, field_docs
-from .toml import load_spec
+from .toml import coerce_value, load_spec
 
 #: Flags that a user types most, named for what they do rather than for their field.
 FLAG_ALIASES: dict[str, str] = {
@@ -165,3 +169,24 @@ def override_argv(spec: JobSpec, base: JobSpec | None = None) -> list[str]:
         else:
             argv += [flag, value]
     return argv
+
+
+# --------------------------------------------------------------------------- other commands' flags
+def add_resource_arguments(group, flags: dict[str, str], defaults: SlurmResources) -> None:
+    """Flags for some fields of :class:`SlurmResources` under names of the caller's choosing (the
+    analysis array's ``--slurm-partition``...): same help (the field's docstring, with
+    ``defaults``' value), same parsing (:func:`resources_from_args`), same checks."""
+    docs = field_docs(SlurmResources)
+    for name, flag in flags.items():
+        add_field_argument(group, flag, f"resources__{name}", getattr(defaults, name), docs.get(name, ""))
+
+
+def resources_from_args(args: argparse.Namespace, flags: dict[str, str], defaults: SlurmResources) -> SlurmResources:
+    """The validated :class:`SlurmResources` of flags added by :func:`add_resource_arguments`;
+    errors (:class:`SpecError`, :class:`ResourcesError`) name the flag."""
+    values = copy.deepcopy(defaults)
+    for name, flag in flags.items():
+        value = getattr(args, f"resources__{name}", None)
+        if value is not None:
+            setattr(values, name, coerce_value(flag, value, getattr(defaults, name)))
+    return values.validate(name=lambda field: flags.get(field, field))

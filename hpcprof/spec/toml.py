@@ -24,8 +24,9 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    """Convert a TOML or command-line value to the type of the field's default."""
+def coerce_value(key: str, value: Any, default: Any) -> Any:
+    """Convert a TOML or command-line value to the type of the field's default; errors name ``key``
+    (a dotted field, or a flag for the analysis array's resources)."""
     kind = type(default)
     if kind is bool:
         if isinstance(value, bool):
@@ -90,9 +91,9 @@ def apply_values(spec: JobSpec, values: dict[str, Any], where: str = "") -> JobS
                 if sub not in valid:
                     raise _unknown(f"{key}.{sub}", valid, where)
                 default = getattr(section, sub)
-                setattr(section, sub, _coerce(f"{key}.{sub}", subvalue, default))
+                setattr(section, sub, coerce_value(f"{key}.{sub}", subvalue, default))
         elif key in top_fields:
-            setattr(spec, key, _coerce(key, value, getattr(spec, key)))
+            setattr(spec, key, coerce_value(key, value, getattr(spec, key)))
         else:
             raise _unknown(key, valid_top, where)
     return spec
