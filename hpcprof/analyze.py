@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from hpcprof.analysis import AnalysisError, analyze, console_summary
-from hpcprof.analysis.array import add_slurm_arguments, slurm_options_from_args
+from hpcprof.analysis.executors.slurm_array import add_slurm_arguments, slurm_options_from_args
 
 __all__ = ["analyze", "main"]
 

@@ -1,20 +1,36 @@
-"""Parse cache: per-rank tables keyed by the trace's content hash and ANALYSIS_VERSION.
+"""The two caches of the analysis: the per-rank parse cache and the whole-analysis memo.
+
+Parse cache: per-rank tables keyed by the trace's content hash and ANALYSIS_VERSION.
 
 Layout: <cache_dir>/<digest>-v<ANALYSIS_VERSION>/{meta.json, *.parquet}. An entry is written to a
 temporary directory and renamed into place, so a crashed worker never leaves a half entry that
 looks complete. Because the key is the hash of the file's bytes, a changed or replaced trace gets a
 new key and is never served stale; bump ANALYSIS_VERSION whenever per-rank tables change meaning.
+
+Whole-analysis memo: when the trace bytes, the steps files and manifest (size, mtime), the options
+(ranks), ANALYSIS_VERSION and REDUCE_VERSION all match the `inputs_key` of the summary.json already
+in the output folder, the outputs there are current and are returned as they are, without mapping,
+reducing or drawing again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Iterable
+
+from ..rundir import RunDir
+from .decode.load import file_digest
+from .outputs.layout import AnalysisDir
 
 ANALYSIS_VERSION = 6
+# bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
+REDUCE_VERSION = 3
 META = "meta.json"
 
 
@@ -56,3 +72,43 @@ class EntryWriter:
         except OSError:  # a concurrent writer won; its entry is equivalent
             shutil.rmtree(self.tmp, ignore_errors=True)
         return False
+
+
+# ------------------------------------------------------------------------- whole-analysis memo
+def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None) -> tuple[dict[Path, str], str]:
+    """(content hash per readable trace, the memo key of the whole analysis)."""
+
+    def digest(f: Path) -> str:
+        try:
+            return file_digest(f)
+        except OSError:
+            return "unreadable"
+
+    # hashlib releases the GIL on large blocks: hash the files on all cores
+    with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
+        digests = dict(zip(files, pool.map(digest, files)))
+    parts = [f"v{ANALYSIS_VERSION}", f"r{REDUCE_VERSION}", f"ranks={sorted(ranks) if ranks is not None else None}"]
+    parts += [f"{f.name}:{digests[f]}" for f in files]
+    run = RunDir(src)
+    extra = [run.steps_path(r) for r in run.step_ranks()]
+    for p in extra + [run.manifest_path]:
+        if p.is_file():
+            st = p.stat()
+            parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+    return {f: d for f, d in digests.items() if d != "unreadable"}, hashlib.blake2b("\n".join(parts).encode(), digest_size=20).hexdigest()
+
+
+def memo_hit(out: AnalysisDir, key: str) -> dict | None:
+    """The summary of the outputs in `out` when they were made from the same inputs, marked as
+    reused (every rank cached, nothing parsed); else None."""
+    try:
+        s = json.loads(out.summary.read_text())
+    except (OSError, ValueError):
+        return None
+    if s.get("inputs_key") != key or not out.report.is_file():
+        return None
+    c = s.setdefault("cache", {})
+    c["cached_ranks"] = sorted(set(c.get("cached_ranks", [])) | set(c.get("parsed_ranks", [])))
+    c["parsed_ranks"] = []
+    c["outputs_reused"] = True
+    return s

@@ -18,13 +18,13 @@ def _files(d):
 def test_analyze_rank_is_a_plain_function_writing_small_tables(dlrm_copy, tmp_path):
     f = _files(dlrm_copy)[4]
     res = analyze_rank(f, tmp_path / "cache")
-    assert res["ok"] and not res["cached"]
-    assert res["meta"]["rank"] == 4 and res["meta"]["analysis_version"] == ANALYSIS_VERSION
+    assert res.ok and not res.cached
+    assert res.meta["rank"] == 4 and res.meta["analysis_version"] == ANALYSIS_VERSION
     for name in ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all"):
-        assert name in res["tables"]
-        assert not pd.read_parquet(res["tables"][name]).empty
+        assert name in res.tables
+        assert not pd.read_parquet(res.tables[name]).empty
     again = analyze_rank(f, tmp_path / "cache")
-    assert again["cached"] and again["dir"] == res["dir"]
+    assert again.cached and again.dir == res.dir
 
 
 def test_second_analyze_reads_the_cache_and_no_cache_forces(dlrm_copy, tmp_path):

@@ -15,8 +15,8 @@ import os
 import pandas as pd
 import pytest
 
-from hpcprof.analysis import events, hta_frame
-from hpcprof.analysis.load import read_trace
+from hpcprof.analysis.decode import events, hta_frame
+from hpcprof.analysis.decode.load import read_trace
 
 from .conftest import TRACES
 
@@ -78,7 +78,7 @@ def test_counter_ranges_fall_back_to_hta_loader(tmp_path, helpers):
     decoded = read_trace(p)
     table = events.event_table(decoded)
     assert "cuda_profiler_range" in hta_frame.fast_path_problem(table)
-    from hpcprof.analysis.hta_rank import load_hta_trace
+    from hpcprof.analysis.ranks.hta_rank import load_hta_trace
 
     _, loader = load_hta_trace(str(p), 0, table, decoded.meta)
     assert loader == "hta"
@@ -102,7 +102,7 @@ def _gpu_trace_files():
 @pytest.mark.parametrize("path", _gpu_trace_files(), ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
 def test_classified_analyses_equal_hta_analyzers(path):
     """Classifying each GPU event once gives exactly HTA's own analyzer results on the same Trace."""
-    from hpcprof.analysis.hta_rank import classified_analyses, hta_analyses
+    from hpcprof.analysis.ranks.hta_rank import classified_analyses, hta_analyses
 
     decoded = read_trace(path)
     t = hta_frame.hta_trace(str(path), 0, events.event_table(decoded), decoded.meta)

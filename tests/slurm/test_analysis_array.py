@@ -18,7 +18,7 @@ import cloudpickle
 import pytest
 
 from hpcprof.analysis import analyze
-from hpcprof.analysis.array import SlurmOptions, map_on_slurm
+from hpcprof.analysis.executors.slurm_array import SlurmOptions, map_on_slurm
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -90,7 +90,7 @@ def test_slurm_array_summary_equals_local_pool_one_task_per_rank(slurm_cluster, 
 
 def _flaky_rank(path, cache_dir, use_cache):
     """analyze_rank, except that worker2 raises inside the task and worker6 kills its task."""
-    from hpcprof.analysis.mapper import analyze_rank
+    from hpcprof.analysis.ranks.mapper import analyze_rank
 
     name = os.path.basename(path)
     if name.startswith("worker2_"):
@@ -106,20 +106,20 @@ def test_slurm_array_chunks_and_task_failures_become_per_file_errors(slurm_clust
     results = map_on_slurm(files, tmp_path / "cache", True, opts, log_dir=tmp_path / "logs", progress=False,
                            rank_fn=_flaky_rank)
 
-    assert [r["path"] for r in results] == [str(f) for f in files]  # same shape and order as pipeline._map
-    by_worker = {Path(r["path"]).name.split("_")[0]: r for r in results}
-    ok = sorted(w for w, r in by_worker.items() if r["ok"])
+    assert [r.path for r in results] == [str(f) for f in files]  # same shape and order as executors.local.map_local
+    by_worker = {Path(r.path).name.split("_")[0]: r for r in results}
+    ok = sorted(w for w, r in by_worker.items() if r.ok)
     assert ok == ["worker0", "worker1", "worker3", "worker4", "worker5"]
-    assert all(by_worker[w]["meta"]["rank"] == int(w[-1]) for w in ok)
+    assert all(by_worker[w].meta["rank"] == int(w[-1]) for w in ok)
 
     array_id = re.search(r"analysis array (\d+): 3 task\(s\) x 3 rank\(s\)", capfd.readouterr().err).group(1)
     # an exception in one file costs only that file; the rest of its chunk was analysed
-    err2 = by_worker["worker2"]["error"]
+    err2 = by_worker["worker2"].error
     assert err2.startswith(files[2].name) and f"SLURM array task {array_id}_0" in err2 and "injected failure" in err2
     # a task that dies costs its whole chunk, each file named with the task and its log
     for w in ("worker6", "worker7"):
-        err = by_worker[w]["error"]
-        assert err.startswith(Path(by_worker[w]["path"]).name), err
+        err = by_worker[w].error
+        assert err.startswith(Path(by_worker[w].path).name), err
         assert f"SLURM array task {array_id}_2 failed" in err and "log: " in err, err
 
     tasks = _wait_accounted(slurm_cluster, array_id, 3)
@@ -129,7 +129,7 @@ def test_slurm_array_chunks_and_task_failures_become_per_file_errors(slurm_clust
 def test_slurm_options_from_the_command_line_reach_the_sbatch_parameters(tmp_path):
     import argparse
 
-    from hpcprof.analysis.array import _executor, add_slurm_arguments, slurm_options_from_args
+    from hpcprof.analysis.executors.slurm_array import _executor, add_slurm_arguments, slurm_options_from_args
 
     ap = argparse.ArgumentParser()
     add_slurm_arguments(ap)

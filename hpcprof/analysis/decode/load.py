@@ -1,7 +1,7 @@
 """Trace discovery, reading and validation (no analysis here).
 
 Everything that touches a raw trace file lives in this module, so the analyzers never deal with
-gzip, JSON errors or missing metadata. `read_trace` decodes each file once (hpcprof.analysis.events);
+gzip, JSON errors or missing metadata. `read_trace` decodes each file once (hpcprof.analysis.decode.events);
 every per-rank analysis, HTA's included, is built from that one decode.
 """
 
@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..run import RunDir
+from ...rundir import RunDir
 from .events import DecodedTrace, DecodeError, ShapeError, decode
 
 TRACE_SUFFIXES = (".json.gz", ".json")

@@ -1,14 +1,14 @@
 """The per-rank map as a submitit job ARRAY on SLURM (``python -m hpcprof.analyze --executor slurm``).
 
-Each array task runs :func:`hpcprof.analysis.mapper.analyze_rank` on one rank's trace (or on a chunk
-of ``--array-chunk`` ranks) on a compute node and writes its small per-rank tables into the shared
-parse cache; :func:`map_on_slurm` waits for the tasks (progress bar over finished tasks) and returns
-the same list of result dicts as ``pipeline._map``, so the cross-rank reduce runs unchanged where the
+Each array task runs :func:`hpcprof.analysis.ranks.mapper.analyze_rank` on one rank's trace (or on a
+chunk of ``--array-chunk`` ranks) on a compute node and writes its small per-rank tables into the
+shared parse cache; :func:`map_on_slurm` waits for the tasks (progress bar over finished tasks) and
+returns the same list of RankResult as ``executors.local.map_local``, so the cross-rank reduce runs unchanged where the
 command runs. The trace folder, the cache folder and the log folder must therefore be on a file
 system that both this machine and the compute nodes see (the run directory normally is).
 
 A task that fails (killed for memory or time, node failure, a crash in the analysis) costs only its
-own ranks: each becomes an ``ok=False`` result whose error names the file, the array task and its
+own ranks: each becomes a failed RankResult (``ok=False``) whose error names the file, the array task and its
 log, which the reduce turns into a warning.
 """
 
@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .mapper import analyze_rank
-from ..slurmparams import submitit_slurm_parameters
+from ...slurmparams import submitit_slurm_parameters
+from ..errors import AnalysisError
+from ..ranks.mapper import analyze_rank
+from ..ranks.result import RankResult
 
 #: Seconds between two looks at the array tasks while waiting.
 POLL_S = 1.0
@@ -117,7 +119,7 @@ def slurm_options_from_args(a: argparse.Namespace) -> SlurmOptions:
 
 
 # ------------------------------------------------------------------------------------ task side
-def run_chunk(paths: Sequence[str], cache_dir: str, use_cache: bool, rank_fn: Callable[..., dict] = analyze_rank) -> list[dict]:
+def run_chunk(paths: Sequence[str], cache_dir: str, use_cache: bool, rank_fn: Callable[..., RankResult] = analyze_rank) -> list[RankResult]:
     """One array task: analyse each trace of the chunk; an exception costs only its own file."""
     out = []
     task = os.environ.get("SLURM_ARRAY_JOB_ID", "?") + "_" + os.environ.get("SLURM_ARRAY_TASK_ID", "?")
@@ -126,15 +128,12 @@ def run_chunk(paths: Sequence[str], cache_dir: str, use_cache: bool, rank_fn: Ca
         try:
             out.append(rank_fn(p, cache_dir, use_cache))
         except Exception as exc:  # analyze_rank reports bad input itself; this is the unexpected rest
-            out.append({"ok": False, "path": str(p),
-                        "error": f"{Path(p).name}: analysis failed in SLURM array task {task} on {host} ({type(exc).__name__}: {exc})"})
+            out.append(RankResult.failed(p, f"{Path(p).name}: analysis failed in SLURM array task {task} on {host} ({type(exc).__name__}: {exc})"))
     return out
 
 
 # ------------------------------------------------------------------------------------ submit side
 def _check_slurm() -> None:
-    from .pipeline import AnalysisError
-
     if shutil.which("sbatch") is None:
         raise AnalysisError("--executor slurm: sbatch is not on PATH; run on a SLURM login node "
                             "(or start the local cluster: python -m hpcprof.localslurm up, then eval its env), "
@@ -177,9 +176,9 @@ def map_on_slurm(
     opts: SlurmOptions | None = None,
     log_dir: str | os.PathLike | None = None,
     progress: bool = True,
-    rank_fn: Callable[..., dict] = analyze_rank,
-) -> list[dict]:
-    """Run analyze_rank on every file as a SLURM job array; return pipeline._map's result list.
+    rank_fn: Callable[..., RankResult] = analyze_rank,
+) -> list[RankResult]:
+    """Run analyze_rank on every file as a SLURM job array; return the RankResults sorted by path (as map_local).
 
     ``rank_fn`` replaces analyze_rank in the tasks (same signature); it must be importable or
     picklable by value on the compute nodes.
@@ -203,8 +202,6 @@ def map_on_slurm(
     try:
         jobs = ex.map_array(run_chunk, chunks, [str(cache_dir)] * n, [use_cache] * n, [rank_fn] * n)
     except Exception as exc:
-        from .pipeline import AnalysisError
-
         lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
         raise AnalysisError(
             f"--executor slurm: submitting the analysis array failed ({lines[-1] if lines else type(exc).__name__}); "
@@ -213,7 +210,7 @@ def map_on_slurm(
     array_id = jobs[0].job_id.split("_")[0]
     print(f"hpcprof: analysis array {array_id}: {n} task(s) x {opts.array_chunk} rank(s), logs in {log_dir}", file=sys.stderr)
 
-    results: list[dict] = []
+    results: list[RankResult] = []
     pending = dict(enumerate(jobs))
     bar = tqdm(total=n, desc=f"hpcprof: SLURM array {array_id}", unit="task", disable=not progress, file=sys.stderr)
     try:
@@ -226,7 +223,7 @@ def map_on_slurm(
                     res = job.result()
                 except Exception as exc:
                     why = _failure(job, exc)
-                    res = [{"ok": False, "path": p, "error": f"{Path(p).name}: {why}"} for p in chunks[i]]
+                    res = [RankResult.failed(p, f"{Path(p).name}: {why}") for p in chunks[i]]
                 results.extend(res)
                 bar.update()
             if pending:
@@ -242,7 +239,7 @@ def map_on_slurm(
         bar.close()
     # report the paths as the caller gave them (the reduce and summary.json show them)
     for r in results:
-        r["path"] = originals.get(r["path"], r["path"])
-        if r.get("ok") and isinstance(r.get("meta"), dict):
-            r["meta"]["path"] = r["path"]
-    return sorted(results, key=lambda r: r["path"])
+        r.path = originals.get(r.path, r.path)
+        if r.ok and isinstance(r.meta, dict):
+            r.meta["path"] = r.path
+    return sorted(results, key=lambda r: r.path)

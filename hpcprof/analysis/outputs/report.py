@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .layout import REPORT_FILE
+
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
 th{background:#f3f3f3}td.l,th.l{text-align:left}.warn{color:#8a4b00}.flag{color:#b00;font-weight:bold}
@@ -43,6 +45,7 @@ def _table(df: pd.DataFrame, max_rows: int = 60, left: tuple = ()) -> str:
 
 
 def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plots: dict[str, Path]) -> Path:
+    """report.html in folder `out`; `plots` must be drawn already (they are embedded)."""
     s = summary
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>hpcprof report: {esc(s.get('run_name'))}</title><style>{CSS}</style></head><body>"]
     parts.append(f"<h1>hpcprof analysis: {esc(s.get('run_name'))}</h1>")
@@ -80,6 +83,6 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     parts.append("<h2>Collectives (cross-rank)</h2>" + _table(tables.get("collectives"), max_rows=40, left=("key", "group", "kind")))
     parts.append(f"<h2>summary.json</h2><pre>{esc(json.dumps(s, indent=1, default=str)[:20000])}</pre>")
     parts.append("</body></html>")
-    path = out / "report.html"
+    path = out / REPORT_FILE
     path.write_text("\n".join(parts), encoding="utf-8")
     return path

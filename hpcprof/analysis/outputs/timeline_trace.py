@@ -33,8 +33,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ..events import event_table
-from ..load import read_trace
+from ..decode.events import event_table
+from ..decode.load import read_trace
 from ..reduce.clocks import ClockAlignment
 
 FILE_NAME = "timeline.pt.trace.json.gz"

@@ -33,7 +33,7 @@ def load_hta_trace(trace_path: str, rank: int, table: pd.DataFrame | None = None
     """HTA's `Trace` for one rank and the loader used: "fast" (HTA's frame built from our event
     table, see hta_frame.py) when `table` is given and the fast path applies, else "hta" (HTA's own
     `Trace.load_traces`, which parses the file again)."""
-    from .hta_frame import fast_path_problem, hta_trace
+    from ..decode.hta_frame import fast_path_problem, hta_trace
 
     _quiet_hta()
     if table is not None and fast_path_problem(table) is None:

@@ -1,7 +1,8 @@
 """The map step: analyse ONE rank's trace alone and write small per-rank tables.
 
-`analyze_rank` is a plain function so a process pool (hpcprof.analysis.pipeline) or a SLURM array
-task can run it. It never looks at other ranks; the reduce reads only what it writes.
+`analyze_rank` is a plain function so a process pool (hpcprof.analysis.executors.local) or a SLURM
+array task (executors.slurm_array) can run it. It never looks at other ranks; the reduce reads only
+what it writes (the Parquet tables and meta.json of a parse-cache entry, see ranks.result).
 """
 
 from __future__ import annotations
@@ -18,18 +19,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import cache
-from .events import event_table
-from .load import TraceError, file_digest, read_trace, trace_meta
-from .timeline import RankTimeline, build_timeline
+from .. import cache
+from ..decode.events import event_table
+from ..decode.load import TraceError, file_digest, read_trace, trace_meta
+from .result import RankResult
+from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
 
 TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all")
 
 
 def analyze_rank(
     trace_path: str | os.PathLike, cache_dir: str | os.PathLike, use_cache: bool = True, digest: str | None = None
-) -> dict[str, Any]:
-    """Analyse one trace file; return {"ok", "dir", "meta", "tables": {name: path}, "cached", "error"}.
+) -> RankResult:
+    """Analyse one trace file; return its :class:`RankResult` (meta, table paths, cached or not).
 
     Bad input never raises: it comes back as ok=False with an `error` naming the file. `digest`
     (the file's content hash) may be passed when the caller has computed it already.
@@ -38,7 +40,7 @@ def analyze_rank(
     try:
         digest = digest or file_digest(trace_path)
     except OSError as exc:
-        return {"ok": False, "path": str(trace_path), "error": f"{trace_path.name}: cannot read file ({exc})"}
+        return RankResult.failed(trace_path, f"{trace_path.name}: cannot read file ({exc})")
     if use_cache:
         hit = cache.lookup(cache_dir, digest)
         if hit is not None:
@@ -48,13 +50,13 @@ def analyze_rank(
         try:
             decoded = read_trace(trace_path)
         except TraceError as exc:
-            return {"ok": False, "path": str(trace_path), "error": str(exc)}
+            return RankResult.failed(trace_path, str(exc))
         box = [decoded]
         del decoded  # _analyze_doc drops the decoded records once its event table is built
         with cache.EntryWriter(cache_dir, digest) as tmp:
             _analyze_doc(trace_path, box, digest, tmp)
     res = _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
-    res["parse_s"] = time.perf_counter() - t0
+    res.parse_s = time.perf_counter() - t0
     return res
 
 
@@ -76,11 +78,11 @@ def _gc_paused():
             gc.enable()
 
 
-def _result(d: Path, trace_path: Path, cached: bool) -> dict[str, Any]:
+def _result(d: Path, trace_path: Path, cached: bool) -> RankResult:
     meta = json.loads((d / cache.META).read_text())
     meta["path"] = str(trace_path)  # the same bytes may live under another name
     tables = {n: str(d / f"{n}.parquet") for n in TABLES if (d / f"{n}.parquet").is_file()}
-    return {"ok": True, "path": str(trace_path), "dir": str(d), "meta": meta, "tables": tables, "cached": cached}
+    return RankResult(path=str(trace_path), ok=True, dir=str(d), meta=meta, tables=tables, cached=cached)
 
 
 def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
@@ -170,7 +172,7 @@ def _coalesce(s: np.ndarray, e: np.ndarray, gap: float) -> tuple[np.ndarray, np.
 
 
 def _steps_table(tl: RankTimeline) -> pd.DataFrame:
-    cols = ["step", "ts_us", "end_us", "dur_ms"] + [f"{c}_ms" for c in tl.CATEGORIES] + ["comm_ms", "comm_exposed_ms"]
+    cols = ["step", "ts_us", "end_us", "dur_ms"] + [f"{c}_ms" for c in CATEGORIES] + ["comm_ms", "comm_exposed_ms"]
     if not tl.steps:
         return pd.DataFrame({c: pd.Series(dtype="float") for c in cols})
     st = np.array([s[0] for s in tl.steps])
@@ -181,8 +183,6 @@ def _steps_table(tl: RankTimeline) -> pd.DataFrame:
         df[f"{k}_ms"] = v / 1e3
     # time with a collective in flight (GPU: NCCL kernels; CPU: gloo ops), and the part of it not
     # hidden behind useful work (exposed communication, including waiting for other ranks)
-    from .timeline import Intervals
-
     if tl.has_gpu:
         c = tl.gpu_comm
     else:
@@ -200,7 +200,7 @@ def _steps_table(tl: RankTimeline) -> pd.DataFrame:
 
 def _collectives_table(tl: RankTimeline) -> pd.DataFrame:
     cols = ["group", "kind", "name", "seq", "step", "idx", "arrival_us", "end_us", "window_start_us", "source"]
-    cats = [f"win_{c}_ms" for c in tl.CATEGORIES]
+    cats = [f"win_{c}_ms" for c in CATEGORIES]
     if not tl.collectives:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in ("group", "kind", "name", "source") else "float") for c in cols + cats})
     df = pd.DataFrame(tl.collectives).sort_values("arrival_us", kind="stable").reset_index(drop=True)

@@ -20,6 +20,9 @@ MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 HOST_CATS = {"cpu_op", "user_annotation", "python_function", "Operator", "cpu_instant_event"}
 GLOO_RE = re.compile(r"^gloo:(.+)$")
+CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
+"""What a rank spent a time window on (RankTimeline.window's keys): the per-step and per-window
+columns of the map's tables, and the straggler causes the reduce chooses from. Defined only here."""
 
 
 class Intervals:
@@ -75,9 +78,6 @@ class RankTimeline:
     collectives: list[dict] = field(default_factory=list)
     memory_peak_bytes: float | None = None
 
-    # categories reported as a straggler cause; see README.md "Numbers and definitions"
-    CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
-
     def busy(self) -> "Intervals":
         """When this rank is doing useful work: GPU compute/memcpy kernels on a GPU rank, main-thread
         operators on a CPU-only rank. Waiting in a collective outside these intervals is blocked time."""
@@ -86,6 +86,7 @@ class RankTimeline:
         return self.host_ops
 
     def window(self, a, b) -> dict[str, np.ndarray]:
+        """Time in each of CATEGORIES within [a, b) (vectorised over a, b)."""
         a = np.asarray(a, dtype=float)
         b = np.maximum(np.asarray(b, dtype=float), a)
         all_ = self.host_all.covered(a, b)
@@ -119,7 +120,7 @@ def _numeric(col: pd.Series) -> np.ndarray:
 
 
 def build_timeline(ev: pd.DataFrame) -> RankTimeline:
-    """Timeline of one rank from its event table (hpcprof.analysis.events.event_table).
+    """Timeline of one rank from its event table (hpcprof.analysis.decode.events.event_table).
 
     Complete events (`ph` X) with a name and a numeric `ts` and `dur` are used: GPU categories as
     GPU activity, host categories on the main thread (the thread holding most ProfilerStep#N

@@ -1,16 +1,22 @@
-"""Step statistics: per rank and profiled step from the traces, every step from steps/*.jsonl."""
+"""Step-time statistics: per rank over every step of the step records (steps/rank-<r>.jsonl), and
+the spread of the per-rank medians across ranks (from the records, else from the traces'
+ProfilerStep durations). The step time the straggler threshold scales with comes from here.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from ..run import RunDir
+from ...rundir import RunDir
 
-JSONL_TIMES = ("step_s", "data_wait_s", "host_pre_forward_s", "drill_sleep_s", "forward_s", "backward_s", "optimizer_s")
+STEP_TIMES = ("step_s", "data_wait_s", "host_pre_forward_s", "drill_sleep_s", "forward_s", "backward_s", "optimizer_s")
 
 
-def read_steps_jsonl(run: RunDir) -> pd.DataFrame:
+def read_step_records(run: RunDir) -> pd.DataFrame:
     """All step records of a run (torn last lines skipped); empty frame when there are none."""
     rows = [rec for r in run.step_ranks() for rec in run.read_steps(r)]
     df = pd.DataFrame(rows)
@@ -19,9 +25,9 @@ def read_steps_jsonl(run: RunDir) -> pd.DataFrame:
     return df
 
 
-def jsonl_stats(df: pd.DataFrame, skip_first: int = 1) -> pd.DataFrame:
-    """Per rank: median/p90/max of each timing (ms), over every step except the first `skip_first`
-    (start-up, allocator warm-up) when there are enough steps."""
+def per_rank_step_stats(df: pd.DataFrame, skip_first: int = 1) -> pd.DataFrame:
+    """Per rank: median/p90/max of each timing (ms) of the step records, over every step except the
+    first `skip_first` (start-up, allocator warm-up) when there are enough steps."""
     if df.empty:
         return pd.DataFrame()
     d = df.sort_values(["rank", "step"])
@@ -30,7 +36,7 @@ def jsonl_stats(df: pd.DataFrame, skip_first: int = 1) -> pd.DataFrame:
     out = []
     for r, g in d.groupby("rank"):
         row = {"rank": int(r), "n_steps": int(len(g))}
-        for c in JSONL_TIMES:
+        for c in STEP_TIMES:
             if c in g and g[c].notna().any():
                 v = g[c].astype(float) * 1e3
                 base = c[:-2]
@@ -44,6 +50,7 @@ def jsonl_stats(df: pd.DataFrame, skip_first: int = 1) -> pd.DataFrame:
 
 
 def spread(stats: pd.DataFrame, col: str = "step_median_ms") -> dict:
+    """How far the per-rank medians of `col` are apart (summary.json `step_time`)."""
     if stats.empty or col not in stats:
         return {}
     v = stats[col]
@@ -55,3 +62,32 @@ def spread(stats: pd.DataFrame, col: str = "step_median_ms") -> dict:
         "spread_pct": float(100 * (v.max() - v.min()) / v.median()) if v.median() else None,
         "slowest_rank": int(stats.loc[v.idxmax(), "rank"]),
     }
+
+
+@dataclass
+class StepTimes:
+    """The step-time part of the reduce."""
+
+    records: pd.DataFrame
+    """Every step record of the analysed ranks (tables/steps_all); empty without steps files."""
+    stats: pd.DataFrame
+    """per_rank_step_stats of `records` (tables/steps_stats)."""
+    spread: dict = field(default_factory=dict)
+    """summary.json `step_time`: from the records, else from the traces' ProfilerStep durations."""
+
+    @property
+    def median_ms(self) -> float | None:
+        """The median of the per-rank median step times (the straggler threshold scales with it)."""
+        return self.spread.get("median_of_rank_medians_ms")
+
+
+def step_times(run: RunDir, ranks: Iterable[int], steps_trace: pd.DataFrame) -> StepTimes:
+    records = read_step_records(run)
+    if not records.empty:
+        records = records[records["rank"].isin(list(ranks))]
+    stats = per_rank_step_stats(records)
+    sp = spread(stats) if not stats.empty else {}
+    if not sp and not steps_trace.empty:
+        tstats = steps_trace.groupby("rank")["dur_ms"].median().rename("step_median_ms").reset_index()
+        sp = spread(tstats)
+    return StepTimes(records, stats, sp)

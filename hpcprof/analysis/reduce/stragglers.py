@@ -53,7 +53,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .timeline import Intervals
+from ..ranks.timeline import CATEGORIES, Intervals
+from .capacity import capacity_cost
 
 NOISE_FLOOR_MS = 1.0
 REL_THRESHOLD = 0.05
@@ -62,7 +63,6 @@ DOMINANCE = 1.5
 OWN_EXCESS_SHARE = 0.8
 MIN_CAUSE_MS = 0.5
 MIN_CAUSE_SHARE = 0.2
-CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
 CAUSE_TEXT = {
     "data_loading": "waiting for data (time in hpcprof.data / DataLoader before the collective)",
     "host_gap": "host-side gap (un-annotated host time on the main thread: sleep, Python overhead, slow input outside the profiled regions)",
@@ -118,82 +118,6 @@ def _blocked(starts, ends, busy) -> float:
     return max(0.0, (iv.total - float(covered)) / 1e3)
 
 
-def _idle_within(busy, a: float, b: float) -> tuple[np.ndarray, np.ndarray]:
-    """The parts of [a, b) not covered by `busy` (an Intervals or None), as (starts, ends)."""
-    if b <= a:
-        return np.empty(0), np.empty(0)
-    if busy is None or not busy.s.size:
-        return np.array([a]), np.array([b])
-    i0 = int(np.searchsorted(busy.e, a, side="right"))
-    i1 = int(np.searchsorted(busy.s, b, side="left"))
-    bs = np.clip(busy.s[i0:i1], a, b)
-    be = np.clip(busy.e[i0:i1], a, b)
-    starts = np.concatenate([[a], be])
-    ends = np.concatenate([bs, [b]])
-    keep = ends > starts
-    return starts[keep], ends[keep]
-
-
-def lost_capacity_ms(idle: dict[int, tuple[np.ndarray, np.ndarray]], hosts: dict[int, str | None],
-                     ranks: list[int], capacity: dict) -> float:
-    """Runner-time lost (ms) per unit of the job's capacity, given each rank's idle intervals (see
-    `cost` in the module docstring)."""
-    total_k = 0.0
-    lost_us = 0.0
-    by_node: dict = {}
-    for r in ranks:
-        by_node.setdefault(hosts.get(r), []).append(r)
-    for node, members in by_node.items():
-        n_ranks = len(members)
-        k = float(min(n_ranks, capacity.get(node, n_ranks)))
-        total_k += k
-        pts, deltas = [], []
-        for r in members:
-            st, en = idle.get(r, (np.empty(0), np.empty(0)))
-            iv = Intervals(st, en)
-            pts += [iv.s, iv.e]
-            deltas += [np.ones(iv.s.size), -np.ones(iv.e.size)]
-        t = np.concatenate(pts)
-        if not t.size:
-            continue
-        d = np.concatenate(deltas)
-        order = np.argsort(t, kind="stable")
-        t, d = t[order], d[order]
-        m = np.cumsum(d)[:-1]  # idle ranks on [t_i, t_{i+1})
-        lost_us += float(np.sum(np.clip(k - (n_ranks - m), 0, None) * np.diff(t)))
-    return lost_us / 1e3 / total_k if total_k else 0.0
-
-
-def _capacity_cost(df: pd.DataFrame, busy_al: dict, s: int, steps_trace: pd.DataFrame | None,
-                   offsets: dict, hosts: dict, ranks: list[int], capacity: dict) -> dict[int, float]:
-    """Per step, the capacity lost to rank s (ms)."""
-    out: dict[int, float] = {}
-    starts = None
-    if steps_trace is not None and not steps_trace.empty and "ts_us" in steps_trace:
-        st = steps_trace.assign(t=steps_trace["ts_us"] - steps_trace["rank"].map(offsets).fillna(0.0))
-        starts = st.groupby("step")["t"].min()
-    for step, grp in df.groupby("step"):
-        late = grp[grp["last_rank"] == s]
-        if late.empty:
-            out[int(step)] = 0.0
-            continue
-        end = float(late["last_arrival"].max())
-        t0 = float(starts.get(step, grp["arrival"].min())) if starts is not None else float(grp["arrival"].min())
-        if end <= t0:
-            out[int(step)] = 0.0
-            continue
-        idle: dict[int, tuple[np.ndarray, np.ndarray]] = {s: _idle_within(busy_al.get(s), t0, end)}
-        for r in ranks:
-            if r == s:
-                continue
-            waits = late[late["rank"] == r]
-            parts = [_idle_within(busy_al.get(r), max(a, t0), b) for a, b in zip(waits["arrival"], waits["last_arrival"]) if b > a]
-            if parts:
-                idle[r] = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
-        out[int(step)] = lost_capacity_ms(idle, hosts, ranks, capacity)
-    return out
-
-
 def analyze_collectives(
     colls: pd.DataFrame, hosts: dict[int, str | None], step_ms: float | None, busy: dict | None = None,
     steps_trace: pd.DataFrame | None = None, capacity: dict | None = None,
@@ -202,7 +126,6 @@ def analyze_collectives(
 
     `capacity`: per node, how many ranks can run at once (see the module docstring); a node
     missing from it is taken as one runner per rank (dedicated devices)."""
-    """Return (per-collective table, per-rank-per-step wait table, stragglers list, offsets)."""
     if colls.empty or colls["rank"].nunique() < 2:
         return pd.DataFrame(), pd.DataFrame(), [], {}
     df = match(colls.reset_index(drop=True))
@@ -301,7 +224,7 @@ def analyze_collectives(
         by_own = own and float(noticed_share.get(r, 0.0)) >= MIN_STEP_SHARE
         if not (by_wait or by_own):
             continue
-        lost = _capacity_cost(df, busy_al, int(r), steps_trace if have_steps else None, offsets, hosts, ranks, capacity or {})
+        lost = capacity_cost(df, busy_al, int(r), steps_trace if have_steps else None, offsets, hosts, ranks, capacity or {})
         lost_vals = [lost.get(st, 0.0) for st in steps]
         if not by_own and float(np.mean(lost_vals)) < threshold:
             continue  # the others wait for it, but the job loses little: shared cores stay busy

@@ -1,0 +1,50 @@
+"""The per-rank map in worker processes on this machine (``--executor local``, the default).
+
+Forked workers each run ``analyze_rank`` on one trace at a time, so peak memory is about workers x
+one rank; a worker that crashes costs only its own file (it becomes a failed RankResult that the
+reduce turns into a warning).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from ..ranks.mapper import analyze_rank
+from ..ranks.result import RankResult
+
+DEFAULT_MAX_WORKERS = 8
+
+
+def default_workers(n_traces: int) -> int:
+    """min(cores, traces, DEFAULT_MAX_WORKERS), at least 1."""
+    return max(1, min(os.cpu_count() or 1, n_traces, DEFAULT_MAX_WORKERS))
+
+
+def map_local(files: list[Path], cache_dir: Path, use_cache: bool, workers: int, progress: bool,
+              digests: dict | None = None) -> list[RankResult]:
+    """analyze_rank on every file (in `workers` processes when more than one); results sorted by path.
+    `digests`: content hashes already computed (by the memo), passed on so no file is hashed twice."""
+    from tqdm import tqdm
+
+    results: list[RankResult] = []
+    bar = tqdm(total=len(files), desc="hpcprof: parsing traces", unit="rank", disable=not progress, file=sys.stderr)
+    if workers <= 1 or len(files) <= 1:
+        for f in files:
+            results.append(analyze_rank(f, cache_dir, use_cache, digest=(digests or {}).get(f)))
+            bar.update()
+    else:
+        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
+            futs = {ex.submit(analyze_rank, f, cache_dir, use_cache, (digests or {}).get(f)): f for f in files}
+            for fut in as_completed(futs):
+                try:
+                    results.append(fut.result())
+                except Exception as exc:  # a worker crash must not lose the other ranks
+                    results.append(RankResult.failed(futs[fut], f"{futs[fut].name}: analysis failed ({type(exc).__name__}: {exc})"))
+                bar.update()
+    bar.close()
+    return sorted(results, key=lambda r: r.path)

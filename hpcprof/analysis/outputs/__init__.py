@@ -1,0 +1,9 @@
+"""What the analysis writes into its output folder (``<run>/analysis`` or ``--out``).
+
+- layout.py: the folder's paths and file names (:class:`AnalysisDir`);
+- tables.py: reading the per-rank tables the map left, writing ``tables/*.csv|parquet``;
+- charts.py: the PNG charts and the process pool that draws them while the reduce runs;
+- summary.py: ``summary.json`` (built from the reduce's result, written atomically);
+- report.py: the self-contained ``report.html``;
+- console.py: the few lines printed at the end of ``python -m hpcprof.analyze``.
+"""

@@ -1,0 +1,29 @@
+"""The few lines ``python -m hpcprof.analyze`` prints at the end: ranks, top straggler, top
+recommendation, warnings, and where the report is."""
+
+from __future__ import annotations
+
+
+def console_summary(summary: dict) -> str:
+    lines = []
+    lines.append(f"hpcprof analysis of {summary['source']}: {len(summary['ranks_analyzed'])}/{summary['world_size']} ranks, device {summary['device']}")
+    hdr = f"{'rank':>4}  {'node':<14} {'step ms':>9} {'idle %':>7} {'comp %':>7} {'overlap %':>9}"
+    lines.append(hdr)
+
+    def f(v, w, d=1):
+        return f"{v:>{w}.{d}f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>{w}}"
+
+    for r in summary["per_rank"]:
+        lines.append(f"{r['rank']:>4}  {str(r['node'] or '?')[:14]:<14} {f(r['step_time_ms'], 9)} {f(r['idle_pct'], 7)} {f(r['compute_pct'], 7)} {f(r['comm_comp_overlap_pct'], 9)}")
+    if summary["stragglers"]:
+        s = summary["stragglers"][0]
+        lines.append(f"top straggler: rank {s['rank']} (node {s['node']}): costs {s['cost_ms_per_step']:.1f} ms/step (others blocked {s.get('blocked_wait_ms_per_step', s['cost_ms_per_step']):.1f} ms); cause {s['cause']}; confidence {s['confidence']}")
+    else:
+        lines.append("stragglers: none")
+    if summary["recommendations"]:
+        r = summary["recommendations"][0]
+        lines.append(f"top recommendation: {r['title']}\n  evidence: {r['evidence']}")
+    if summary["warnings"]:
+        lines.append(f"{len(summary['warnings'])} warning(s); first: {summary['warnings'][0]}")
+    lines.append(f"report: {summary['outputs']['report']}")
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""summary.json: the analysis in one JSON document (docs/contract.md lists its fields).
+
+Built from the reduce's result; written atomically (a temporary file renamed into place), like every
+other file of the run directory, so a reader (or the memo in cache.py) never sees half of it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...rundir import atomic_write_text
+from ..reduce.crossrank import Reduced
+from .layout import AnalysisDir
+
+PER_RANK_FIELDS = ("rank", "node", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_comp_overlap_pct",
+                   "trace_step_time_ms", "host_data_loading_pct", "host_gap_pct", "file")
+"""The per_rank table's columns that summary.json repeats (the table has more)."""
+
+
+def clean(o):
+    """JSON-ready: string keys, plain ints/floats/bools instead of numpy's, NaN and inf as null."""
+    if isinstance(o, dict):
+        return {str(k): clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [clean(v) for v in o]
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating, float)):
+        return None if math.isnan(float(o)) or math.isinf(float(o)) else float(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    return o
+
+
+def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, world_size, warnings: list[str],
+                  plots: dict[str, Path]) -> dict[str, Any]:
+    """The summary without the `cache` and `inputs_key` fields (the orchestrator adds those).
+    `warnings` is the list itself: what is appended to it later still shows."""
+    kb = red.kernel_breakdown
+    summary = {
+        "run_name": manifest.get("name") or src.resolve().name,
+        "source": str(src),
+        "world_size": int(world_size) if world_size else len(red.metas),
+        "ranks_analyzed": sorted(red.metas),
+        "device": red.device,
+        "warnings": warnings,
+        "per_rank": [{k: row[k] for k in PER_RANK_FIELDS} for row in red.per_rank.to_dict("records")],
+        "kernel_breakdown": [
+            {"kernel_type": k, "time_us": float(t), "pct": float(p)} for k, t, p in zip(kb["kernel_type"], kb["sum"], kb["percentage"])
+        ]
+        if red.device == "cuda"
+        else None,
+        "stragglers": red.stragglers,
+        "recommendations": [{"title": r["title"], "evidence": r["evidence"], "score": r["score"]} for r in red.recommendations],
+        "step_time": red.steps.spread,
+        "clock_offsets_us": {str(k): v for k, v in red.clock_offsets_us.items()},
+        "collectives_matched": int(len(red.collectives)),
+        "manifest_drills": manifest.get("drills"),
+        "outputs": {
+            "report": str(out.report),
+            "tables": str(out.tables),
+            "plots": {k: str(v) for k, v in plots.items()},
+        },
+    }
+    if red.device == "cpu":
+        warnings.append("CPU-only run: GPU fields (idle/compute/non-compute %, overlap, kernel breakdown) are null because the traces hold no GPU kernels")
+    return summary
+
+
+def write_summary(out: AnalysisDir, summary: dict) -> None:
+    """summary.json, atomically; `summary` must be clean() already."""
+    atomic_write_text(out.summary, json.dumps(summary, indent=2))

@@ -1,0 +1,44 @@
+"""tables/: every table of the reduce as CSV (for people and spreadsheets) and Parquet (for pandas,
+the notebook and ``hpcprof.compare``), one pair per name. README.md "Outputs" lists the names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..reduce.crossrank import Reduced
+
+
+def output_tables(red: Reduced) -> dict[str, pd.DataFrame]:
+    """Table name -> frame, in the order they are written and shown."""
+    tables = {
+        "per_rank": red.per_rank,
+        "steps_trace": red.steps_trace,
+        "steps_stats": red.steps.stats,
+        "kernel_breakdown": red.kernel_breakdown,
+        "kernels_top": red.kernels_top,
+        "kernels_all": red.kernels_all,
+        "kernels_across_ranks": red.kernels_across_ranks,
+        "idle_breakdown": red.idle,
+        "collectives": red.collectives,
+        "waits_per_step": red.waits_per_step,
+    }
+    if not red.steps.records.empty:
+        tables["steps_all"] = red.steps.records
+    return tables
+
+
+def write_table(df: pd.DataFrame, tables: Path, name: str) -> None:
+    """<name>.csv and <name>.parquet (object columns as strings: Parquet needs one type per column)."""
+    df.to_csv(tables / f"{name}.csv", index=False)
+    d = df.copy()
+    for c in d.columns:
+        if d[c].dtype == object:
+            d[c] = d[c].astype(str)
+    d.to_parquet(tables / f"{name}.parquet", index=False)
+
+
+def write_tables(tables: dict[str, pd.DataFrame], folder: Path) -> None:
+    for name, df in tables.items():
+        write_table(df if df is not None else pd.DataFrame(), folder, name)

@@ -1,0 +1,8 @@
+"""The per-rank map: analyse ONE rank's trace alone and leave small tables for the reduce.
+
+- mapper.py: ``analyze_rank`` (the unit an executor runs), writing through the parse cache;
+- result.py: :class:`RankResult`, what ``analyze_rank`` returns to the executors and the reduce;
+- hta_rank.py: HTA's own analyzers on that rank (temporal, idle time, overlap, kernels);
+- timeline.py: the host/GPU timeline (steps, collectives, time per category) and interval algebra;
+- select.py: which results enter the reduce (bad files, duplicates, other jobs become warnings).
+"""

@@ -1,0 +1,110 @@
+"""The cross-rank reduce: from the per-rank tables the map left, the job's numbers in one object.
+
+It reads only the small Parquet tables of each RankResult, never a trace, and writes nothing: the
+outputs package turns a :class:`Reduced` into tables, charts, summary.json and the report. Each step
+(step times, per-rank table, kernels, stragglers, recommendations) lives in its own module here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ...rundir import RunDir
+from ..ranks.result import RankResult
+from ..ranks.timeline import Intervals
+from .capacity import node_capacity
+from .kernels import kernel_breakdown, kernels_across_ranks
+from .per_rank import job_device, node_names, per_rank_table
+from .recommend import recommendations
+from .step_stats import StepTimes, step_times
+from .stragglers import analyze_collectives
+
+
+@dataclass
+class Reduced:
+    """Everything the outputs need from the reduce."""
+
+    metas: dict[int, dict]
+    """Rank -> meta.json of its parse-cache entry."""
+    nodes: dict[int, str | None]
+    device: str
+    steps_trace: pd.DataFrame
+    """Every rank's profiled steps (ProfilerStep#N) with the time per category."""
+    steps: StepTimes
+    per_rank: pd.DataFrame
+    kernel_breakdown: pd.DataFrame
+    kernels_top: pd.DataFrame
+    kernels_all: pd.DataFrame
+    kernels_across_ranks: pd.DataFrame
+    idle: pd.DataFrame
+    """HTA's idle-time breakdown per rank and stream."""
+    collectives: pd.DataFrame
+    """Per matched collective across ranks (stragglers.analyze_collectives)."""
+    waits_per_step: pd.DataFrame
+    stragglers: list[dict]
+    clock_offsets_us: dict[int, float]
+    recommendations: list[dict]
+
+
+def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
+    """One of the map's per-rank tables (ranks.mapper.TABLES) for every rank, with a rank column."""
+    frames = []
+    for r, v in keep.items():
+        p = v.tables.get(name)
+        if p:
+            df = pd.read_parquet(p)
+            df["rank"] = r
+            frames.append(df)
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def busy_intervals(keep: dict[int, RankResult]) -> dict[int, Intervals]:
+    """Rank -> when it did useful work (the map's busy table)."""
+    busy = {}
+    for r, v in keep.items():
+        p = v.tables.get("busy")
+        if p:
+            b = pd.read_parquet(p)
+            busy[r] = Intervals(b["start_us"].to_numpy(), b["end_us"].to_numpy())
+    return busy
+
+
+def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: list[str]) -> Reduced:
+    """Reduce the selected ranks; what keeps a cross-rank result from being computed is appended to `warnings`."""
+    metas = {r: v.meta for r, v in keep.items()}
+    nodes = node_names(manifest, metas)
+    device = job_device(metas)
+
+    steps_trace = rank_table(keep, "steps")
+    colls = rank_table(keep, "collectives")
+    idle = rank_table(keep, "idle")
+    ktype = rank_table(keep, "kernel_type")
+    ktop = rank_table(keep, "kernels_top")
+    kall = rank_table(keep, "kernels_all")
+    busy = busy_intervals(keep)
+
+    steps = step_times(RunDir(src), keep, steps_trace)
+    per_rank = per_rank_table(metas, nodes, steps_trace, steps.stats)
+    kb = kernel_breakdown(ktype)
+    kx = kernels_across_ranks(kall)
+
+    hosts = {r: nodes.get(r) for r in metas}
+    capacity = node_capacity(manifest, device)
+    per_coll, per_step, strag, offsets = analyze_collectives(colls, hosts, steps.median_ms, busy, steps_trace, capacity)
+    for s in strag:
+        s["node"] = nodes.get(s["rank"])
+    if len(metas) < 2:
+        warnings.append("only one rank analysed: no cross-rank (straggler) analysis")
+    elif per_coll.empty:
+        warnings.append("no collectives matched across ranks: straggler analysis skipped")
+
+    recs = recommendations(per_rank, steps_trace, steps.records, kall, kb, strag, metas, device, steps.spread)
+    return Reduced(
+        metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
+        kernel_breakdown=kb, kernels_top=ktop, kernels_all=kall, kernels_across_ranks=kx, idle=idle,
+        collectives=per_coll, waits_per_step=per_step, stragglers=strag, clock_offsets_us=offsets, recommendations=recs,
+    )

@@ -1,0 +1,54 @@
+"""The per-rank table (tables/per_rank, summary.json per_rank): one row of headline numbers per rank,
+and the node each rank ran on."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def node_names(manifest: dict, metas: dict[int, dict]) -> dict[int, str | None]:
+    """Rank -> node: the manifest's (the launcher knows), else the host name the trace recorded."""
+    nodes = {}
+    for e in manifest.get("ranks", []) or []:
+        if isinstance(e, dict) and "rank" in e:
+            nodes[int(e["rank"])] = e.get("node")
+    for r, m in metas.items():
+        nodes.setdefault(r, m.get("host"))
+    return nodes
+
+
+def job_device(metas: dict[int, dict]) -> str:
+    """"cuda" when any rank ran GPU kernels, else "cpu"."""
+    return "cuda" if any(m["device"] == "cuda" for m in metas.values()) else "cpu"
+
+
+def per_rank_table(metas: dict[int, dict], nodes: dict, steps_trace: pd.DataFrame, step_stats: pd.DataFrame) -> pd.DataFrame:
+    """Step time (step records, else the trace's ProfilerSteps), HTA's temporal breakdown and
+    overlap, and the host-side shares of the profiled steps, per rank."""
+    rows = []
+    for r, m in metas.items():
+        t = m.get("temporal") or {}
+        st = steps_trace[steps_trace["rank"] == r] if not steps_trace.empty else pd.DataFrame()
+        js = step_stats[step_stats["rank"] == r] if not step_stats.empty else pd.DataFrame()
+        step_time = float(js["step_median_ms"].iloc[0]) if not js.empty else (float(st["dur_ms"].median()) if not st.empty else None)
+        rows.append(
+            {
+                "rank": r,
+                "node": nodes.get(r),
+                "file": m["file"],
+                "step_time_ms": step_time,
+                "trace_step_time_ms": float(st["dur_ms"].median()) if not st.empty else None,
+                "profiled_steps": int(len(st)),
+                "idle_pct": t.get("idle_time_pctg"),
+                "compute_pct": t.get("compute_time_pctg"),
+                "non_compute_pct": t.get("non_compute_time_pctg"),
+                "comm_comp_overlap_pct": m.get("overlap_pct"),
+                "idle_time_us": t.get("idle_time(us)"),
+                "compute_time_us": t.get("compute_time(us)"),
+                "non_compute_time_us": t.get("non_compute_time(us)"),
+                "kernel_time_us": t.get("kernel_time(us)"),
+                "host_data_loading_pct": float(100 * st["data_loading_ms"].sum() / st["dur_ms"].sum()) if not st.empty and st["dur_ms"].sum() else None,
+                "host_gap_pct": float(100 * st["host_gap_ms"].sum() / st["dur_ms"].sum()) if not st.empty and st["dur_ms"].sum() else None,
+            }
+        )
+    return pd.DataFrame(rows)
