@@ -19,7 +19,8 @@ Every field has a docstring (:mod:`.schema`; the SLURM fields of ``[resources]``
 :mod:`hpcprof.slurm.resources`); ``python -m hpcprof.submit --help`` shows them with their
 defaults, and each field can be overridden with ``--<section>-<field>`` (resources fields need no
 prefix: ``--nodes``, ``--partition``), or with ``--set section.field=value`` (:mod:`.cli`).
-Reading and writing TOML is :mod:`.toml`.
+Reading and writing TOML and coercing values is :mod:`.toml`; :mod:`.load` builds a spec from
+defaults, a job file and overrides; :class:`SpecError` is in :mod:`.errors`.
 """
 
 from .cli import (
@@ -49,19 +50,20 @@ from .schema import (
     Model,
     Profiler,
     Resources,
-    SpecError,
     Train,
     choices,
     field_docs,
     validate_run_name,
 )
-from .toml import apply_values, load_spec, read_spec_toml, set_value, spec_from_dict, to_toml
+from .errors import SpecError
+from .load import apply_values, load_spec, read_spec_toml, set_value, spec_from_dict
+from .toml import coerce_value, read_toml, to_toml
 
 __all__ = [
     "AMP_MODES", "ARCHS", "CLUSTERS", "DATA_SOURCES", "FLAG_ALIASES", "RUN_NAME_RE", "SECTIONS",
     "Data", "Drills", "JobSpec", "Model", "Profiler", "Resources", "SpecError", "Train",
-    "add_field_argument", "add_resource_arguments", "add_spec_arguments", "apply_values", "choices", "field_docs",
-    "field_of_flag", "flag_of", "iter_fields", "load_spec", "override_argv", "override_items",
-    "overrides_from_args", "read_spec_toml", "resources_from_args", "set_value", "spec_from_args", "spec_from_dict",
-    "to_toml", "validate_run_name",
+    "add_field_argument", "add_resource_arguments", "add_spec_arguments", "apply_values", "choices",
+    "coerce_value", "field_docs", "field_of_flag", "flag_of", "iter_fields", "load_spec", "override_argv",
+    "override_items", "overrides_from_args", "read_spec_toml", "read_toml", "resources_from_args",
+    "set_value", "spec_from_args", "spec_from_dict", "to_toml", "validate_run_name",
 ]

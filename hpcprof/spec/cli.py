@@ -19,8 +19,10 @@ from dataclasses import fields
 from typing import Any, Iterator
 
 from ..slurm.resources import SlurmResources
-from .schema import SECTIONS, JobSpec, SpecError, field_docs
-from .toml import coerce_value, load_spec
+from .errors import SpecError
+from .load import load_spec
+from .schema import SECTIONS, JobSpec, field_docs
+from .toml import coerce_value
 
 #: Flags that a user types most, named for what they do rather than for their field.
 FLAG_ALIASES: dict[str, str] = {

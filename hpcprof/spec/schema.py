@@ -3,8 +3,8 @@ that need several fields at once (:meth:`JobSpec.validate`).
 
 Fields with a fixed set of values are typed ``Literal[...]``: the valid values are read from the
 annotation (:func:`choices`), so the type, the validation and the error message ("valid values:
-...") share one definition. Reading TOML and coercing values is :mod:`.toml`; the command-line
-flags are :mod:`.cli`. The ``[resources]`` section is :class:`hpcprof.slurm.resources.SlurmResources`
+...") share one definition. TOML and value coercion are :mod:`.toml`, applying them to a spec
+:mod:`.load`; the command-line flags are :mod:`.cli`. The ``[resources]`` section is :class:`hpcprof.slurm.resources.SlurmResources`
 (shared with the analysis job array) plus the executor choice.
 
 Over 300 lines on purpose: most of it is the docstring under each field (the user-facing
@@ -23,6 +23,8 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from ..slurm.resources import ResourcesError, SlurmResources
+from .errors import SpecError
+from .toml import to_toml
 
 Cluster = Literal["auto", "slurm", "local", "debug"]
 Arch = Literal["resnet18", "resnet34", "resnet50", "resnet101"]
@@ -34,10 +36,6 @@ ARCHS: tuple[str, ...] = typing.get_args(Arch)
 DATA_SOURCES: tuple[str, ...] = typing.get_args(DataSource)
 AMP_MODES: tuple[str, ...] = typing.get_args(AmpMode)
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-
-
-class SpecError(ValueError):
-    """A job spec value or key that cannot be used; the message names it and says what is valid."""
 
 
 @dataclass
@@ -215,10 +213,6 @@ class JobSpec:
 
     def to_toml(self) -> str:
         """The spec as a TOML job file (what ``spec.toml`` in a run directory holds)."""
-        # The writer lives with the reader in .toml, which builds JobSpec objects and so imports
-        # this module: imported at call time to keep the module graph acyclic.
-        from .toml import to_toml
-
         return to_toml(self.to_dict())
 
     @property

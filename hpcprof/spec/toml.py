@@ -1,22 +1,20 @@
-"""The job spec as TOML: loading a job file, coercing each value to its field's type, and writing a
+"""The job spec's values as TOML: reading a job file (errors name the file), coercing each value to
+its field's type (TOML, flags and ``--set`` go through the same :func:`coerce_value`), and writing a
 spec back (``spec.toml`` in every run directory).
 
-Precedence: dataclass defaults < job file (``jobs/*.toml``) < overrides (command-line flags,
-``--set``). Unknown keys are refused with the closest valid key and the list of valid ones; the
-whole spec is validated once at the end (:meth:`JobSpec.validate`).
+No spec class is imported here (the schema uses the writer); :mod:`.load` applies what is read to a
+:class:`JobSpec`.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from ..slurm.resources import ResourcesError, parse_extra
-from .schema import SECTIONS, JobSpec, SpecError
+from .errors import SpecError
 
 try:  # Python >= 3.11
     import tomllib
@@ -71,70 +69,23 @@ def coerce_value(key: str, value: Any, default: Any) -> Any:
     return value  # pragma: no cover
 
 
-def _unknown(key: str, valid: list[str], where: str) -> SpecError:
-    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return SpecError(f"{where}unknown key {key!r}{hint}; valid keys: {', '.join(valid)}")
-
-
-def apply_values(spec: JobSpec, values: dict[str, Any], where: str = "") -> JobSpec:
-    """Apply a nested dict (as read from TOML) onto `spec`, refusing unknown keys."""
-    top_fields = [f.name for f in fields(JobSpec) if f.name not in SECTIONS]
-    valid_top = top_fields + [f"[{s}]" for s in SECTIONS]
-    for key, value in values.items():
-        if key in SECTIONS:
-            if not isinstance(value, dict):
-                raise SpecError(f"{where}[{key}] must be a table")
-            section = getattr(spec, key)
-            valid = [f.name for f in fields(section)]
-            for sub, subvalue in value.items():
-                if sub not in valid:
-                    raise _unknown(f"{key}.{sub}", valid, where)
-                default = getattr(section, sub)
-                setattr(section, sub, coerce_value(f"{key}.{sub}", subvalue, default))
-        elif key in top_fields:
-            setattr(spec, key, coerce_value(key, value, getattr(spec, key)))
-        else:
-            raise _unknown(key, valid_top, where)
-    return spec
-
-
-def set_value(spec: JobSpec, dotted: str, value: Any, where: str = "") -> JobSpec:
-    """Set one field by its dotted name, e.g. ``data.num_workers``."""
-    section, dot, name = dotted.partition(".")
-    nested = {section: {name: value}} if dot else {section: value}
-    return apply_values(spec, nested, where)
-
-
-def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> JobSpec:
-    """Defaults, then the TOML file at `path`, then dotted `overrides`; validated."""
-    spec = JobSpec()
-    if path:
-        path = Path(path)
-        if not path.is_file():
-            raise SpecError(f"job file {str(path)!r} does not exist")
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise SpecError(f"{path}: not valid TOML: {exc}") from None
-        apply_values(spec, data, where=f"{path}: ")
-    for dotted, value in (overrides or {}).items():
-        set_value(spec, dotted, value, where="command line: ")
-    return spec.validate()
-
-
-def spec_from_dict(data: dict[str, Any]) -> JobSpec:
-    """Rebuild a spec from :meth:`JobSpec.to_dict` output (manifest, spec.toml)."""
-    return apply_values(JobSpec(), data).validate()
-
-
-def read_spec_toml(path: str | Path) -> JobSpec:
-    """The spec a run directory's ``spec.toml`` holds, validated."""
-    return load_spec(path)
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML file at ``path`` as a dict; a missing or malformed file is a SpecError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"job file {str(path)!r} does not exist")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"job file {str(path)!r} cannot be read: {exc}") from None
 
 
 def to_toml(data: dict[str, Any]) -> str:
-    """Minimal TOML writer for the spec's value types (str, int, float, bool, list[str], dict)."""
+    """Minimal TOML writer for the spec's value types (str, int, float, bool, list[str], dict): the
+    top-level keys whose value is a dict are written as tables (the spec's sections), after the
+    others; a dict inside a table is an inline table (resources.slurm_extra)."""
 
     def fmt(v: Any) -> str:
         if isinstance(v, bool):
@@ -149,9 +100,9 @@ def to_toml(data: dict[str, Any]) -> str:
             return "{" + ", ".join(f"{json.dumps(str(k))} = {fmt(x)}" for k, x in v.items()) + "}"
         raise TypeError(f"cannot write {v!r} as TOML")
 
-    lines = [f"{k} = {fmt(v)}" for k, v in data.items() if not isinstance(v, dict) or k not in SECTIONS]
-    for section in SECTIONS:
-        if section in data:
+    lines = [f"{k} = {fmt(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for section, table in data.items():
+        if isinstance(table, dict):
             lines.append(f"\n[{section}]")
-            lines += [f"{k} = {fmt(v)}" for k, v in data[section].items()]
+            lines += [f"{k} = {fmt(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
