@@ -261,6 +261,7 @@ class StepGraph:
     keys: list
     prev: np.ndarray  # (R, K) the collective the segment before k starts from (-1: step start), see _anchors
     last_k: np.ndarray  # (R,) the rank's latest-ending collective, where its tail starts (-1: none)
+    coll_end: np.ndarray  # (R, K) aligned ends (NaN if not a member)
 
     @property
     def measured_ms(self) -> float:
@@ -323,7 +324,7 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             transfer = np.nanmedian(end - last_arr[None, :], axis=0) if K else np.empty(0)
-        out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k))
+        out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k, end))
     return out
 
 
@@ -433,22 +434,27 @@ def _window_excess(g: StepGraph, s: int, m: pd.DataFrame, steps: pd.DataFrame | 
     s0 = stp.reindex(g.ranks)[st_start].to_numpy(float)
     s1 = stp.reindex(g.ranks)[st_end].to_numpy(float)
 
-    def window(i: int, k: int) -> np.ndarray:  # categories of rank i's segment before k (k = -1: tail)
-        if k >= 0:
-            p = g.prev[i, k]
-            return ca[i, k] - (ce[i, p] if p >= 0 else s0[i])
-        p = g.last_k[i]
-        return s1[i] - (ce[i, p] if p >= 0 else s0[i])
+    def window(i: int, k: int, after: int) -> np.ndarray:
+        """Categories of rank i's segment before k (k = -1: its tail), starting no earlier than its
+        arrival at collective `after` (the previous late arrival: windows never overlap, so the
+        same time is not counted twice where segments share a start, as on CPU ranks)."""
+        p = g.prev[i, k] if k >= 0 else g.last_k[i]
+        t0, c0 = (g.coll_end[i, p], ce[i, p]) if p >= 0 else (g.start[i], s0[i])
+        if after >= 0 and g.member[i, after] and g.arrival[i, after] > t0:
+            c0 = ca[i, after]
+        return (ca[i, k] if k >= 0 else s1[i]) - c0
 
     excess = np.zeros(ncat)
     last = np.nanargmax(np.where(g.member, g.arrival, -np.inf), axis=0) if K else np.empty(0, dtype=int)
+    after = -1
     for k in np.flatnonzero(last == s):
-        others = [window(i, k) for i in np.flatnonzero(g.member[:, k]) if i != s]
+        others = [window(i, k, after) for i in np.flatnonzero(g.member[:, k]) if i != s]
         if others:
-            excess += np.nan_to_num(window(s, k) - np.nanmedian(others, axis=0))
+            excess += np.nan_to_num(window(s, k, after) - np.nanmedian(others, axis=0))
+        after = k
     if int(np.argmax(g.end)) == s:
-        others = [window(i, -1) for i in range(R) if i != s]
-        excess += np.nan_to_num(window(s, -1) - np.nanmedian(others, axis=0))
+        others = [window(i, -1, after) for i in range(R) if i != s]
+        excess += np.nan_to_num(window(s, -1, after) - np.nanmedian(others, axis=0))
     return dict(zip(CAUSE_CATEGORIES, excess.tolist()))
 
 
