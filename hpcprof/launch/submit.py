@@ -15,8 +15,12 @@ module creates the run directory, submits, waits and reports each rank.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import shlex
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ from ..rundir import manifest as run_manifest
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, validate_run_name
 from .executors import LaunchError, choose_executor, make_executor, resolve_resources
+from .outcome import Interrupted, first_failure, quiet_pdb, signals_ignored, signals_raise, stop_local_job, submission_error
 
 #: The old name of LaunchError, kept for callers of hpcprof.submit.
 SubmitError = LaunchError
@@ -55,17 +60,58 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print) -> Launch:
     name = spec.name or default_run_name(spec, world)
     validate_run_name(name, "--name")
     spec.name = name
-    run = RunDir.for_spec(spec, name).create(spec)
+    run = RunDir.for_spec(spec, name)
+    _refuse_existing(run)
+    try:
+        run.create(spec)
+        command_line = list(argv if argv is not None else sys.argv)
+        run_manifest.write(run, run_manifest.Manifest.at_launch(spec, name, executor, world, command_line))
+    except OSError as exc:
+        _remove_never_started(run)
+        raise LaunchError(f"cannot write the run directory {run.root} ({exc.strerror or exc}); "
+                          "choose a writable --runs-dir with free space") from None
     log(f"hpcprof: run directory {run.root}")
-    command_line = list(argv if argv is not None else sys.argv)
-    run_manifest.write(run, run_manifest.Manifest.at_launch(spec, name, executor, world, command_line))
+    from submitit.core.utils import FailedJobError
+
     from ..rank.task import TrainTask
 
-    ex = make_executor(spec.resources, executor, run.logs_dir)
-    job = ex.submit(TrainTask(spec, str(run.root.resolve())))
+    try:
+        # submitit prints sbatch's stderr itself before raising: keep it for the one-line error
+        with contextlib.redirect_stderr(io.StringIO()):
+            ex = make_executor(spec.resources, executor, run.logs_dir)
+            job = ex.submit(TrainTask(spec, str(run.root.resolve())))
+    except (FailedJobError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        # the job never started: leave nothing that looks like a run, so that the name can be used again
+        _remove_never_started(run, error=submission_error(exc))
+        raise LaunchError(submission_error(exc)) from None
+    except BaseException:
+        _remove_never_started(run)
+        raise
     run_manifest.record_job_id(run, str(job.job_id))
     log(f"hpcprof: submitted job {job.job_id} ({world} rank(s) on {spec.resources.nodes} node(s))")
     return Launch(run, executor, job, world, spec)
+
+
+def _refuse_existing(run: RunDir) -> None:
+    """Never write into a directory that holds anything: it is not this job's run (a run of this job
+    is only ever created here, by this call), and writing into it would mix or replace its files."""
+    root = run.root
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        what = "holds a run" if run.manifest_path.exists() else ("is not a folder" if not root.is_dir() else "is not empty")
+        raise LaunchError(f"{root} already exists and {what}; choose another --name (or --runs-dir); nothing was changed")
+
+
+def _remove_never_started(run: RunDir, error: str | None = None) -> None:
+    """Remove the run directory of a job that never started (only files this launch wrote are in
+    it: the refusal above guarantees it was empty). If it cannot be removed, mark it."""
+    try:
+        shutil.rmtree(run.root)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        with contextlib.suppress(OSError, RunDirError):
+            run_manifest.record_outcome(run, run_manifest.Outcome(
+                state="never_started", time=run_manifest.now_iso(), error=error))
 
 
 # ------------------------------------------------------------------------------------ wait
@@ -78,11 +124,7 @@ def _progress(launch_: Launch, poll_s: float) -> None:
     done_steps = 0
     try:
         while not launch_.job.done():
-            lows = []
-            for rank in range(launch_.world_size):
-                steps = run.read_steps(rank)
-                lows.append(steps[-1]["step"] + 1 if steps else 0)
-            now = min(lows) if lows else 0
+            now = min((_last_step(run, rank) + 1 for rank in range(launch_.world_size)), default=0)
             if now > done_steps:
                 bar.update(now - done_steps)
                 done_steps = now
@@ -91,6 +133,22 @@ def _progress(launch_: Launch, poll_s: float) -> None:
             time.sleep(poll_s)
     finally:
         bar.close()
+
+
+def _last_step(run: RunDir, rank: int) -> int:
+    return max((s["step"] for s in run.read_steps(rank) if isinstance(s, dict) and isinstance(s.get("step"), int)), default=-1)
+
+
+def _debug_outcome(launch_: Launch) -> dict[str, Any]:
+    """The debug executor runs the rank here, now (and again at every later call if it failed:
+    so it is called once, with submitit's post-mortem pdb switched off)."""
+    out: dict[str, Any] = {"rank": 0, "log": str(launch_.job.paths.stderr)}
+    try:
+        with quiet_pdb(), contextlib.redirect_stdout(io.StringIO()):
+            out.update(status="ok", result=launch_.job.results()[0])
+    except Exception as exc:
+        out.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:300])
+    return out
 
 
 def _rank_outcome(launch_: Launch, rank: int) -> dict[str, Any]:
@@ -105,18 +163,22 @@ def _rank_outcome(launch_: Launch, rank: int) -> dict[str, Any]:
 
 
 def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
-    """Wait for the job with a progress display, then report each rank; returns the exit code."""
-    _progress(launch_, poll_s)
+    """Wait for the job with a progress display, then report each rank; returns the exit code. The
+    manifest's `outcome` records how it ended."""
     run = launch_.run
+    if launch_.executor == "debug":
+        outcomes = [_debug_outcome(launch_)]
+    else:
+        _progress(launch_, poll_s)
+        outcomes = [_rank_outcome(launch_, r) for r in range(launch_.world_size)]
     manifest = run.read_manifest()
     nodes = {e["rank"]: e.get("node") for e in manifest.get("ranks", [])}
-    outcomes = [_rank_outcome(launch_, r) for r in range(launch_.world_size)]
     failures = run.read_failures()
     log("")
     log(f"{'rank':>4}  {'node':<14} {'status':<8} {'steps':>5} {'median step ms':>14}  trace")
     for o in outcomes:
         rank = o["rank"]
-        steps = run.read_steps(rank)
+        steps = [s for s in run.read_steps(rank) if isinstance(s, dict) and isinstance(s.get("step_s"), (int, float))]
         median = statistics.median(s["step_s"] for s in steps) * 1000 if steps else float("nan")
         trace = run.trace_path(rank)
         log(
@@ -125,25 +187,54 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
         )
     failed = [o for o in outcomes if o["status"] != "ok"]
     if not failed and not failures:
+        _record(run, "completed")
         log(f"hpcprof: job {launch_.job.job_id} succeeded on {launch_.world_size} rank(s); run directory {run.root}")
         return EXIT_OK
     log("")
-    root = next((f for f in failures if not f.get("peer_failure")), failures[0] if failures else None)
+    root = first_failure(failures, [o["rank"] for o in failed],
+                         {o["rank"]: _last_step(run, o["rank"]) for o in outcomes})
     if root is not None:
         rank = root["rank"]
         log_path = root.get("log") or next((o["log"] for o in outcomes if o["rank"] == rank), None)
+        node = root.get("node") or nodes.get(rank)
+        _record(run, "failed", first=run_manifest.FirstFailure(rank=rank, step=root.get("step"), error=str(root.get("error"))[:300]))
         log(
-            f"hpcprof: rank {rank} on node {root.get('node')} failed at step {root.get('step')}: {root.get('error')}\n"
-            f"hpcprof: traceback in {log_path}"
+            f"hpcprof: rank {rank} on node {node} failed at step {root.get('step')}: {root.get('error')}\n"
+            f"hpcprof: {'its last words, if any, are' if root.get('silent') else 'traceback'} in {log_path}"
         )
         others = sorted({f["rank"] for f in failures if f["rank"] != rank} | {o["rank"] for o in failed if o["rank"] != rank})
         if others:
             log(f"hpcprof: rank(s) {', '.join(map(str, others))} stopped after it (peer failure)")
     else:
+        _record(run, "failed")
         for o in failed:
             log(f"hpcprof: rank {o['rank']} on node {nodes.get(o['rank'])} failed: {o['error']} (log: {o['log']})")
     log(f"hpcprof: what the ranks wrote before the failure stays in {run.root}")
     return EXIT_FAILED
+
+
+def _record(run: RunDir, state: str, first=None, sig: str | None = None, error: str | None = None) -> None:
+    """Write how the job ended into the manifest (best effort: the run's files matter more)."""
+    with contextlib.suppress(OSError, RunDirError):
+        run_manifest.record_outcome(run, run_manifest.Outcome(
+            state=state, time=run_manifest.now_iso(), signal=sig, error=error, first_failure=first))
+
+
+def _interrupted(launched: "Launch | None", exc: Interrupted) -> int:
+    """SIGINT/SIGTERM: stop every process this command started, record it, one line."""
+    with signals_ignored():
+        if launched is None:
+            print(f"hpcprof.submit: interrupted by {exc.name} before the job was submitted", file=sys.stderr)
+        elif launched.executor == "slurm":
+            print(f"hpcprof.submit: interrupted by {exc.name}; SLURM job {launched.job.job_id} keeps running "
+                  f"(stop it with: scancel {launched.job.job_id}); run directory {launched.run.root}", file=sys.stderr)
+        else:
+            killed = stop_local_job(launched.job, launched.run.read_manifest()) if launched.executor == "local" else []
+            _record(launched.run, "interrupted", sig=exc.name)
+            extra = f" ({len(killed)} process(es) had to be killed)" if killed else ""
+            print(f"hpcprof.submit: interrupted by {exc.name}: job {launched.job.job_id} and its ranks were stopped{extra}; "
+                  f"what they wrote stays in {launched.run.root}", file=sys.stderr)
+    return 128 + exc.signum
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -172,12 +263,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    try:
-        spec = spec_from_args(args)
-        launched = launch(spec, argv=["python", "-m", "hpcprof.submit", *argv])
-    except (SpecError, LaunchError, RunDirError) as exc:
-        print(f"hpcprof.submit: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    launched = None
+    with signals_raise():
+        try:
+            spec = spec_from_args(args)
+            launched = launch(spec, argv=["python", "-m", "hpcprof.submit", *argv])
+            return _after_launch(args, launched)
+        except (SpecError, LaunchError, RunDirError) as exc:
+            print(f"hpcprof.submit: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except Interrupted as exc:
+            return _interrupted(launched, exc)
+
+
+def _after_launch(args: argparse.Namespace, launched: Launch) -> int:
     do_wait = args.wait if args.wait is not None else launched.executor != "slurm"
     if launched.executor != "slurm" and args.wait is False:
         print("hpcprof: local ranks stop when this command exits, so it waits anyway", file=sys.stderr)

@@ -102,6 +102,35 @@ class RankEntry:
 
 
 @dataclass
+class FirstFailure:
+    """The rank the launcher holds responsible for a failed job."""
+
+    rank: int
+    step: int | None
+    """The step it was in (None: before the step loop)."""
+    error: str
+    """Its error, or how it died (a signal) when it left no failure note."""
+
+
+@dataclass
+class Outcome:
+    """How the launcher saw the job end (``submit`` when it waited, or when the job never started).
+    Absent while the job runs and for jobs nobody waited for: hpcprof.rundir.state then reads the
+    step files, failures/ and liveness instead."""
+
+    state: str
+    """completed, failed, interrupted (the launcher got SIGINT/SIGTERM and stopped the job) or
+    never_started (the submission was refused)."""
+    time: str
+    """When the launcher wrote it (ISO 8601 with offset)."""
+    signal: str | None = None
+    """SIGINT or SIGTERM for interrupted."""
+    error: str | None = None
+    """The one-line error of a refused submission, or of the failure."""
+    first_failure: FirstFailure | None = None
+
+
+@dataclass
 class Attempt:
     """One start of the job: the first, then one per requeue."""
 
@@ -149,6 +178,8 @@ class Manifest:
     versions: Versions = field(default_factory=Versions)
     ranks: list[RankEntry] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    outcome: Outcome | None = None
+    """Written by the launcher at the end (see :class:`Outcome`); null while running."""
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
     """Fields of an older or newer hpcprof that this one does not know: kept, written back as they were."""
 
@@ -169,7 +200,8 @@ class Manifest:
         return _from_dict(cls, data, "manifest")
 
 
-MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, ClockSkewDrill, Versions, RankEntry, Clock, Attempt)
+MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, ClockSkewDrill, Versions, RankEntry, Clock, Attempt, Outcome,
+                  FirstFailure)
 """Every record type of manifest.json (docs/contract.md is checked against their fields)."""
 
 
@@ -237,6 +269,14 @@ def load(run: RunDir) -> Manifest | None:
 def write(run: RunDir, manifest: Manifest) -> None:
     """Write manifest.json atomically: the only code that writes it."""
     atomic_write_text(run.manifest_path, json.dumps(manifest.to_dict(), indent=2, default=str) + "\n")
+
+
+def record_outcome(run: RunDir, outcome: Outcome) -> Manifest:
+    """The launcher, at the end: how the job ended. Re-read first (rank 0 wrote its attempt)."""
+    manifest = load(run) or Manifest(name=run.name)
+    manifest.outcome = outcome
+    write(run, manifest)
+    return manifest
 
 
 def record_job_id(run: RunDir, job_id: str) -> Manifest:

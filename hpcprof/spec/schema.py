@@ -292,6 +292,8 @@ class JobSpec:
                 raise SpecError(f"{key} must be >= {low}, got {value}")
         if not t.lr > 0:  # also refuses NaN
             raise SpecError(f"train.lr must be > 0, got {t.lr}")
+        if not t.momentum >= 0:  # also refuses NaN
+            raise SpecError(f"train.momentum must be >= 0, got {t.momentum}")
         if r.cluster in ("local", "debug") and r.nodes != 1:
             raise SpecError(
                 f"resources.nodes = {r.nodes} is impossible with cluster = {r.cluster!r}: it runs on this "

@@ -1,0 +1,175 @@
+"""How a launch ends, in words a user can act on: a refused submission in one line with what to do,
+SIGINT/SIGTERM turned into stopping every process `submit` started, and the first failure named
+even when the failing rank could not say so itself (killed by a signal).
+
+Why a module of its own: submit.py launches and waits; everything here is about the ways that goes
+wrong, and each piece is small but easy to get wrong (submitit prints sbatch's stderr itself,
+its debug executor opens pdb on any exception, its local controller forwards only SIGINT/SIGTERM
+to the ranks, a rank killed by SIGKILL leaves no failure note while its peers blame each other).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+from typing import Any, Iterator
+
+# sbatch / submitit messages -> what to do. Matched case-insensitively, first match wins.
+_SUBMIT_HINTS = (
+    ("unable to contact slurm controller", "is slurmctld running and reachable? `sinfo` must answer; or run here with --cluster local"),
+    ("could not detect \"srun\"", "no SLURM client on this machine (srun not on PATH): run on a login node, or use --cluster local"),
+    ("invalid partition", "check --partition: `sinfo -s` lists the partitions"),
+    ("invalid account", "check --account (and --partition): `sacctmgr show assoc user=$USER format=account,partition` lists yours"),
+    ("invalid qos", "check --qos: `sacctmgr show qos format=name` lists them"),
+    ("requested node configuration is not available", "ask for fewer GPUs/CPUs/memory per node, or another --partition / --constraint"),
+    ("time limit", "lower --time-min to what the partition allows (`sinfo -o '%P %l'`)"),
+    ("gres", "check --gpus-per-node against the partition's GPUs (`sinfo -o '%P %G'`)"),
+)
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached `submit` (a BaseException, like KeyboardInterrupt: nothing should
+    swallow it on the way up)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """Inside the block, SIGINT and SIGTERM raise :class:`Interrupted` (SIGTERM would otherwise kill
+    this process at once and leave the job's processes running, orphaned)."""
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    try:
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    """While stopping the job: a second Ctrl-C must not leave it half stopped."""
+    try:
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def submission_error(exc: BaseException) -> str:
+    """One line for a refused submission: the scheduler's own last words, then what to do."""
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    said = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else type(exc).__name__)
+    low = text.lower()
+    hint = next((h for key, h in _SUBMIT_HINTS if key in low), "fix what sbatch names, or try --cluster local")
+    return f"the job was not submitted: {said[:300]}; {hint}"
+
+
+def quiet_pdb():
+    """submitit's debug executor calls pdb.post_mortem() on any exception of the job, which waits
+    on stdin forever (issue 13: `--cluster debug --inject-crash 0:2` hung at a (Pdb) prompt). The
+    failure is reported like any other instead: the rank's failure note and this command's exit code."""
+    import pdb
+    from unittest import mock
+
+    return mock.patch.object(pdb, "post_mortem", lambda *a, **k: None)
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # not ours
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def rank_pids_here(manifest: dict) -> list[int]:
+    """Pids of the job's ranks on this host (from the manifest rank 0 wrote)."""
+    host = socket.gethostname()
+    return [e["pid"] for e in manifest.get("ranks") or []
+            if isinstance(e, dict) and e.get("node") == host and isinstance(e.get("pid"), int)]
+
+
+def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]:
+    """Stop a local submitit job and every process it runs: SIGINT to the ranks (each stops where it
+    is, its peers see the closed connection; the controller then sees every rank gone and exits
+    quietly), or to the controller when the ranks are not known yet (it forwards SIGINT, then
+    SIGKILL, to them, printing its own KeyboardInterrupt); after `grace_s`, SIGKILL to whatever of
+    it is still alive. Returns the pids that had to be killed."""
+    process = getattr(job, "_process", None)
+    pids = rank_pids_here(manifest)
+    for pid in pids:
+        if _alive(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGINT)
+    if not pids:
+        with contextlib.suppress(Exception):
+            job.cancel(check=False)
+    deadline = time.time() + grace_s
+    while time.time() < deadline:
+        controller_done = process is None or process.poll() is not None
+        if controller_done and not any(_alive(p) for p in pids):
+            return []
+        time.sleep(0.1)
+    killed = []
+    for pid in pids + ([process.pid] if process is not None and process.poll() is None else []):
+        if _alive(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    if process is not None:
+        with contextlib.suppress(Exception):
+            process.wait(timeout=10)
+    return killed
+
+
+def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dict[int, int]) -> dict | None:
+    """The rank to blame: the earliest failure note that is not a peer failure; else a failed rank
+    that left no note at all (it could not write one: killed by SIGKILL, as the OOM killer or
+    `kill -9` do, or its node was lost), since every Python error writes one and its peers only
+    report the closed connection; else the earliest note. `last_steps`: rank -> last recorded step.
+    Returns {"rank", "step", "error", "node", "log", "silent"} or None."""
+    root = next((f for f in failures if not f.get("peer_failure")), None)
+    if root is not None:
+        return dict(root, silent=False)
+    noted = {f.get("rank") for f in failures}
+    silent = [r for r in failed_ranks if r not in noted]
+    if silent:
+        # the one that stopped first
+        r = min(silent, key=lambda x: (last_steps.get(x, -1), x))
+        step = last_steps.get(r, -1) + 1
+        return {
+            "rank": r, "step": step, "silent": True, "node": None, "log": None,
+            "error": "died without a failure note: killed by a signal it cannot catch (SIGKILL: the OOM "
+                     "killer or kill -9) or its node was lost",
+        }
+    if failures:
+        return dict(failures[0], silent=False)
+    return None
