@@ -61,11 +61,13 @@ class BatchSource:
         else:
             to_tensor = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
         if self.data.source == "fakedata":
+            raw = self.data.raw_image_size
+            augment = [T.RandomResizedCrop(size), T.RandomHorizontalFlip()] if raw else []
             return torchvision.datasets.FakeData(
                 size=self.data.dataset_size,
-                image_size=(3, size, size),
+                image_size=(3, raw or size, raw or size),
                 num_classes=self.model.num_classes,
-                transform=T.Compose(to_tensor),
+                transform=T.Compose([*augment, *to_tensor]),
                 random_offset=0,
             )
         return torchvision.datasets.ImageFolder(

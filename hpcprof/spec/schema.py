@@ -92,6 +92,11 @@ class Data:
     """Ship images as uint8 and convert/normalise them on the device instead of on the CPU."""
     dataset_size: int = 2048
     """Number of samples in the FakeData dataset (per epoch, all ranks together)."""
+    raw_image_size: int = 0
+    """FakeData only: generate images of this size and augment them on the CPU as ImageNet
+    training does with decoded photos (RandomResizedCrop to model.image_size, horizontal flip)
+    before ToTensor/Normalize: a slow input pipeline with real CPU work. 0: images are generated
+    at model.image_size, no augmentation."""
 
     def steps_per_epoch(self, world_size: int) -> int | None:
         """Steps in one pass over the data (the DistributedSampler and the DataLoader both drop the
@@ -281,6 +286,7 @@ class JobSpec:
             ("data.num_workers", d.num_workers, 0),
             ("data.prefetch_factor", d.prefetch_factor, 0),
             ("data.dataset_size", d.dataset_size, 1),
+            ("data.raw_image_size", d.raw_image_size, 0),
             ("train.steps", t.steps, 1),
             ("train.pg_timeout_s", t.pg_timeout_s, 1),
             ("profiler.wait", p.wait, 0),
@@ -308,6 +314,8 @@ class JobSpec:
             )
         if d.num_workers == 0 and (d.prefetch_factor or d.persistent_workers):
             raise SpecError("data.prefetch_factor and data.persistent_workers need data.num_workers > 0")
+        if d.raw_image_size and d.source != "fakedata":
+            raise SpecError("data.raw_image_size applies to data.source = 'fakedata' only")
         if d.batch_size * max(self.world_size, 1) > d.dataset_size and d.source == "fakedata":
             raise SpecError(
                 f"data.dataset_size = {d.dataset_size} is smaller than one global batch "
