@@ -250,3 +250,15 @@ def test_a_rank_killed_by_a_signal_is_named_as_the_first_failure(tmp_path):
     # and analyze agrees (no trace: the profiler had not started yet)
     a = subprocess.run([sys.executable, "-m", "hpcprof.analyze", str(run), "--quiet"], cwd=REPO, capture_output=True, text=True)
     assert a.returncode == 2 and "rank 1" in a.stderr and "SIGKILL" in a.stderr, a.stdout + a.stderr
+
+
+# ------------------------------------------------------------------ sbatch -o
+@pytest.mark.parametrize("where", ["folder", "missing-folder"])
+def test_sbatch_output_to_a_folder_or_a_missing_folder_is_one_line_and_leaves_nothing(tmp_path, where):
+    out = tmp_path if where == "folder" else tmp_path / "missing" / "job.sbatch"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpcprof.sbatch", "--template", "generic", "--job", str(REPO / "jobs" / "demo-local.toml"),
+         "-o", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    line = _one_line_error(proc, str(out))
+    assert proc.returncode == 2 and ("folder" in line), line
+    assert list(tmp_path.iterdir()) == [] and list(tmp_path.parent.glob(f".{tmp_path.name}.tmp*")) == []

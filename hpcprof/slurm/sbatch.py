@@ -327,6 +327,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _write_script(out: Path, text: str) -> None:
+    """Write the script through a temporary file beside it (renamed into place: an existing script
+    is replaced whole or not at all); the temporary file never stays behind."""
+    if out.is_dir():
+        raise RenderError(f"-o {out} is a folder; give the script's file name, e.g. -o {out / 'job.sbatch'}")
+    if not out.parent.is_dir():
+        raise RenderError(f"-o {out}: folder {out.parent} does not exist; create it first (mkdir -p {shlex.quote(str(out.parent))})")
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -340,10 +356,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.output:
         out = Path(args.output)
-        tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-        tmp.write_text(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out)
+        try:
+            _write_script(out, text)
+        except (RenderError, OSError) as exc:
+            why = exc if isinstance(exc, RenderError) else f"cannot write {out} ({exc.strerror or exc})"
+            print(f"hpcprof.sbatch: error: {why}", file=sys.stderr)
+            return 2
         print(f"hpcprof.sbatch: wrote {out}; submit it with: sbatch {shlex.quote(str(out))}",
               file=sys.stderr)
     else:
