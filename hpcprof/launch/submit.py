@@ -139,6 +139,22 @@ def _last_step(run: RunDir, rank: int) -> int:
     return max((s["step"] for s in run.read_steps(rank) if isinstance(s, dict) and isinstance(s.get("step"), int)), default=-1)
 
 
+# SLURM job states in which the scheduler, not the ranks, ended the job (sacct's words)
+_SCHEDULER_ENDS = ("CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "DEADLINE", "BOOT_FAIL")
+
+
+def _ended_by_scheduler(launch_: Launch) -> str | None:
+    """The SLURM state when the scheduler ended the job (scancel, time limit, memory, node), else
+    None: then the ranks' own outcomes tell what happened (a scancel used to read as two rank failures)."""
+    if launch_.executor != "slurm":
+        return None
+    try:
+        state = str(launch_.job.state)
+    except Exception:
+        return None
+    return state if state.upper().startswith(_SCHEDULER_ENDS) else None
+
+
 def _debug_outcome(launch_: Launch) -> dict[str, Any]:
     """The debug executor runs the rank here, now (and again at every later call if it failed:
     so it is called once, with submitit's post-mortem pdb switched off)."""
@@ -170,6 +186,13 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
         outcomes = [_debug_outcome(launch_)]
     else:
         _progress(launch_, poll_s)
+        ended = _ended_by_scheduler(launch_)
+        if ended:
+            steps = min((_last_step(run, r) + 1 for r in range(launch_.world_size)), default=0)
+            _record(run, "cancelled" if ended.startswith("CANCELLED") else "failed", error=f"SLURM: {ended}")
+            log(f"hpcprof: job {launch_.job.job_id} was ended by SLURM ({ended}) after {steps} step(s) on every rank; "
+                f"not a failure of the ranks. What they wrote stays in {run.root}")
+            return EXIT_FAILED
         outcomes = [_rank_outcome(launch_, r) for r in range(launch_.world_size)]
     manifest = run.read_manifest()
     nodes = {e["rank"]: e.get("node") for e in manifest.get("ranks", [])}

@@ -119,8 +119,9 @@ class Outcome:
     step files, failures/ and liveness instead."""
 
     state: str
-    """completed, failed, interrupted (the launcher got SIGINT/SIGTERM and stopped the job) or
-    never_started (the submission was refused)."""
+    """completed, failed, interrupted (the launcher got SIGINT/SIGTERM and stopped the job),
+    cancelled (SLURM says CANCELLED: scancel) or never_started (the submission was refused).
+    A job SLURM ended for a time limit, memory or a lost node is failed, with SLURM's state as error."""
     time: str
     """When the launcher wrote it (ISO 8601 with offset)."""
     signal: str | None = None
