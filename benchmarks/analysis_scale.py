@@ -269,7 +269,8 @@ def compare(hta: dict, summary: dict) -> tuple[bool, float]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--ranks", default="8,16,32", help="comma-separated rank counts (default 8,16,32)")
     ap.add_argument("--mb-per-rank", type=float, default=20.0, help="about this many MB of JSON per rank (default 20)")
     ap.add_argument("--workers", type=int, default=None, help="hpcprof analyze --workers (default: its own default)")

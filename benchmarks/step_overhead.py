@@ -83,7 +83,8 @@ def bookkeeping_us(n: int, use_cuda: bool) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--arch", default="resnet18")
