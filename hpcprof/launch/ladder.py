@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..cliparser import ArgumentParser
+
 RUNG_RE = re.compile(r"^(\d+)[-_].*\.toml$")
 
 
@@ -145,7 +147,7 @@ def _jsonable(r: Rung) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="python -m hpcprof.ladder",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
