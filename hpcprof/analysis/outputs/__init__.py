@@ -5,5 +5,6 @@
 - charts.py: the PNG charts and the process pool that draws them while the reduce runs;
 - summary.py: ``summary.json`` (built from the reduce's result, written atomically);
 - report.py: the self-contained ``report.html``;
-- console.py: the few lines printed at the end of ``python -m hpcprof.analyze``.
+- console.py: the few lines printed at the end of ``python -m hpcprof.analyze``;
+- timeline_trace.py: the merged timeline of every rank as one Perfetto/Chrome trace.
 """
