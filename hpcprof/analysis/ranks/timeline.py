@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ...rundir.records import REGION_DATA
+
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-DATA_RE = re.compile(r"(^hpcprof\.data$)|DataLoader|dataloader")
+DATA_RE = re.compile(rf"(^{re.escape(REGION_DATA)}$)|DataLoader|dataloader")
+"""Data loading: hpcprof's own data region (hpcprof.rundir.records), or a DataLoader's events."""
 NCCL_RE = re.compile(r"^nccl.*Kernel")  # same rule as HTA: ncclKernel_* and ncclDevKernel_*
 MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}

@@ -11,9 +11,10 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from ...rundir import RunDir
+from ...rundir import STEP_TIME_KEYS, RunDir
 
-STEP_TIMES = ("step_s", "data_wait_s", "host_pre_forward_s", "drill_sleep_s", "forward_s", "backward_s", "optimizer_s")
+STEP_TIMES = STEP_TIME_KEYS
+"""The host timings of a step record (seconds), as the rank side writes them (hpcprof.rundir.records)."""
 
 
 def read_step_records(run: RunDir) -> pd.DataFrame:
