@@ -13,12 +13,13 @@ from typing import Sequence
 
 from hpcprof.analysis import AnalysisError, analyze, console_summary
 from hpcprof.analysis.executors.slurm_array import add_slurm_arguments, slurm_options_from_args
+from hpcprof.cliparser import ArgumentParser
 
 __all__ = ["analyze", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hpcprof.analyze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(prog="python -m hpcprof.analyze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", help="run directory (runs/<name>) or a folder of Kineto traces (*.json, *.json.gz)")
     ap.add_argument("--out", default=None, help="output folder (default: <path>/analysis)")
     ap.add_argument("--workers", type=int, default=None, help="worker processes for the per-rank map (default: min(cores, ranks, 8))")

@@ -77,8 +77,8 @@ class SlurmResources:
     gpus_per_node: int = 0
     """GPUs requested per node (SLURM --gpus-per-node). 0 on a CPU-only cluster or machine."""
     cpus_per_task: int = 0
-    """CPU cores per rank (SLURM --cpus-per-task; also sets torch's CPU threads per rank). 0: let the
-    executor decide (local: cores divided by ranks)."""
+    """CPU cores per task (SLURM --cpus-per-task): per rank for training, where it also sets torch's
+    CPU threads. 0: let the executor decide (local: cores divided by ranks)."""
     partition: str = ""
     """SLURM partition, e.g. "gpu_p13" on Jean Zay. Empty: the cluster default."""
     account: str = ""
@@ -88,7 +88,8 @@ class SlurmResources:
     constraint: str = ""
     """SLURM constraint, e.g. "v100-32g", "a100", "h100", or with SLURM's operators "v100-16g|v100-32g"."""
     time_min: int = 30
-    """Time limit of the job in minutes (local runs are stopped at this limit too)."""
+    """Time limit in minutes, of the job (local runs are stopped at this limit too) or of each task of
+    the analysis array."""
     mem_gb: int = 0
     """Memory per node in GB (SLURM --mem). 0: the cluster default."""
     job_name: str = "hpcprof"
@@ -97,7 +98,7 @@ class SlurmResources:
     """Extra sbatch options as KEY=VALUE, e.g. hint=nomultithread (an empty VALUE gives a bare flag:
     exclusive=)."""
     setup: list = field(default_factory=list)
-    """Shell lines run before the ranks start on the cluster, e.g. "module load pytorch-gpu/py3/2.3.0"."""
+    """Shell lines run on the cluster before the tasks start, e.g. "module load pytorch-gpu/py3/2.3.0"."""
 
     # ------------------------------------------------------------------ validation
     def validate(self, name: Callable[[str], str] = lambda f: f"resources.{f}") -> "SlurmResources":

@@ -18,7 +18,7 @@ import cloudpickle
 import pytest
 
 from hpcprof.analysis import analyze
-from hpcprof.analysis.executors.slurm_array import SlurmOptions, map_on_slurm
+from hpcprof.analysis.executors.slurm_array import SlurmOptions, array_resources, map_on_slurm
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -102,7 +102,7 @@ def _flaky_rank(path, cache_dir, use_cache):
 
 def test_slurm_array_chunks_and_task_failures_become_per_file_errors(slurm_cluster, slurm_env, traces, tmp_path, capfd):
     files = sorted(traces.iterdir())
-    opts = SlurmOptions(partition=slurm_cluster.partition, time_min=5, mem_gb=2, array_chunk=3)
+    opts = SlurmOptions(array_resources(partition=slurm_cluster.partition, time_min=5, mem_gb=2), array_chunk=3)
     results = map_on_slurm(files, tmp_path / "cache", True, opts, log_dir=tmp_path / "logs", progress=False,
                            rank_fn=_flaky_rank)
 
@@ -145,7 +145,11 @@ def test_slurm_options_from_the_command_line_reach_the_sbatch_parameters(tmp_pat
     assert params["array_parallelism"] == 3 and opts.array_chunk == 4
     assert _executor(opts, tmp_path, n_tasks=10)._executor.python == "/opt/venv/bin/python"
 
+    # the same SLURM-resources type as the training job: same checks and wording, named by these flags
     for bad, msg in ((["--array-chunk", "0"], "--array-chunk 0"), (["--slurm-extra", "constraint"], "KEY=VALUE"),
-                     (["--slurm-time", "0"], "--slurm-time 0")):
+                     (["--slurm-time", "0"], "--slurm-time must be >= 1, got 0"),
+                     (["--slurm-partition", "gpu;id"], "--slurm-partition = 'gpu;id' holds ';'"),
+                     (["--slurm-extra", "mail-user=a b"], r"--slurm-extra\['mail-user'\]"),
+                     (["--slurm-mem-gb", "lots"], "--slurm-mem-gb must be an integer")):
         with pytest.raises(ValueError, match=msg):
             slurm_options_from_args(ap.parse_args(bad))

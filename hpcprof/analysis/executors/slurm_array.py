@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ...slurmparams import submitit_slurm_parameters
+from ...launch.executors import make_executor
+from ...slurm.resources import SlurmResources
+from ...spec.cli import add_resource_arguments, resources_from_args
 from ..errors import AnalysisError
 from ..ranks.mapper import analyze_rank
 from ..ranks.result import RankResult
@@ -32,45 +34,52 @@ from ..ranks.result import RankResult
 POLL_S = 1.0
 
 
+#: The analysis command's flags for the SLURM resources of its array tasks. The resources are the
+#: training job's type (:class:`hpcprof.slurm.resources.SlurmResources`): same help, same parsing,
+#: same checks and wording; only the flag names differ (the training job says --partition).
+ARRAY_FLAGS = {
+    "partition": "--slurm-partition",
+    "account": "--slurm-account",
+    "qos": "--slurm-qos",
+    "constraint": "--slurm-constraint",
+    "time_min": "--slurm-time",
+    "cpus_per_task": "--slurm-cpus",
+    "mem_gb": "--slurm-mem-gb",
+    "setup": "--slurm-setup",
+    "slurm_extra": "--slurm-extra",
+}
+
+
+def array_resources(**changes: Any) -> SlurmResources:
+    """What one array task asks for unless told otherwise: one node, one task, one CPU
+    (analyze_rank is single-threaded apart from JSON/parquet I/O), 60 minutes, the partition's
+    memory (about 8x one rank's uncompressed JSON is needed)."""
+    defaults = dict(nodes=1, tasks_per_node=1, cpus_per_task=1, time_min=60, job_name="hpcprof-analyze")
+    return SlurmResources(**{**defaults, **changes})
+
+
 @dataclass
 class SlurmOptions:
-    """SLURM parameters of the analysis array (each maps to one sbatch option)."""
+    """The analysis array: the SLURM resources of each task, and how the ranks are spread over tasks."""
 
-    partition: str | None = None
-    """--partition; None: the cluster's default partition."""
-    account: str | None = None
-    """--account to charge."""
-    qos: str | None = None
-    """--qos."""
-    time_min: int = 60
-    """--time per array task, in minutes (one task analyses ``array_chunk`` ranks)."""
-    cpus_per_task: int = 1
-    """--cpus-per-task (analyze_rank is single-threaded apart from JSON/parquet I/O)."""
-    mem_gb: float | None = None
-    """--mem per task in GB; None: the partition's default. About 8x one rank's uncompressed JSON."""
-    setup: list[str] = field(default_factory=list)
-    """Shell lines run in the sbatch script before the task (module load, source venv/bin/activate)."""
+    resources: SlurmResources = field(default_factory=array_resources)
+    """What each array task asks SLURM for (one node, one task: the fields ARRAY_FLAGS lists are the
+    ones a user sets)."""
     array_chunk: int = 1
     """Ranks per array task: 1 = one task per rank; larger chunks cut scheduling overhead."""
     array_parallelism: int | None = None
     """At most this many tasks at once (sbatch --array=...%N); None: all."""
-    job_name: str = "hpcprof-analyze"
-    """--job-name of the array."""
-    extra: dict[str, str] = field(default_factory=dict)
-    """Any other sbatch option, e.g. {"constraint": "v100"} (submitit's slurm_additional_parameters)."""
     python: str | None = None
     """Command that starts Python in the task; None: this process's interpreter (sys.executable),
     which must then exist at the same path on the compute nodes (a venv on the shared file system)."""
 
     def validate(self) -> "SlurmOptions":
+        self.resources.validate(name=lambda f: ARRAY_FLAGS.get(f, f"resources.{f}"))
+        if self.resources.nodes != 1 or self.resources.tasks_per_node != 1:
+            raise ValueError("an analysis array task runs on one node as one task "
+                             f"(got nodes={self.resources.nodes}, tasks_per_node={self.resources.tasks_per_node})")
         if self.array_chunk < 1:
             raise ValueError(f"--array-chunk {self.array_chunk}: must be at least 1 (ranks per array task)")
-        if self.time_min < 1:
-            raise ValueError(f"--slurm-time {self.time_min}: must be at least 1 minute")
-        if self.cpus_per_task < 1:
-            raise ValueError(f"--slurm-cpus {self.cpus_per_task}: must be at least 1")
-        if self.mem_gb is not None and self.mem_gb <= 0:
-            raise ValueError(f"--slurm-mem-gb {self.mem_gb}: must be positive")
         if self.array_parallelism is not None and self.array_parallelism < 1:
             raise ValueError(f"--array-parallelism {self.array_parallelism}: must be at least 1")
         return self
@@ -82,38 +91,17 @@ def add_slurm_arguments(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("SLURM array (with --executor slurm)")
     g.add_argument("--array-chunk", type=int, default=1, metavar="N", help="ranks per array task (default 1: one task per rank)")
     g.add_argument("--array-parallelism", type=int, default=None, metavar="N", help="run at most N array tasks at once")
-    g.add_argument("--slurm-partition", default=None, help="partition of the array tasks (default: the cluster's default)")
-    g.add_argument("--slurm-account", default=None, help="account to charge")
-    g.add_argument("--slurm-qos", default=None, help="quality of service")
-    g.add_argument("--slurm-time", type=int, default=60, metavar="MIN", help="time limit per array task in minutes (default 60)")
-    g.add_argument("--slurm-cpus", type=int, default=1, metavar="N", help="CPUs per array task (default 1)")
-    g.add_argument("--slurm-mem-gb", type=float, default=None, metavar="GB", help="memory per array task (default: the partition's)")
-    g.add_argument("--slurm-setup", action="append", default=[], metavar="LINE",
-                   help="shell line run before each task, e.g. 'module load python'; repeatable")
-    g.add_argument("--slurm-extra", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other sbatch option, e.g. constraint=v100; repeatable")
+    add_resource_arguments(g, ARRAY_FLAGS, array_resources())
     g.add_argument("--slurm-python", default=None, metavar="CMD",
                    help="command starting Python on the nodes (default: this interpreter, %s)" % sys.executable)
 
 
 def slurm_options_from_args(a: argparse.Namespace) -> SlurmOptions:
-    extra = {}
-    for kv in a.slurm_extra:
-        if "=" not in kv:
-            raise ValueError(f"--slurm-extra {kv!r}: expected KEY=VALUE (an sbatch option without the dashes)")
-        k, v = kv.split("=", 1)
-        extra[k.strip().lstrip("-").replace("-", "_")] = v
+    """The validated SlurmOptions of a parsed command line; a bad value is a ValueError naming its flag."""
     return SlurmOptions(
-        partition=a.slurm_partition,
-        account=a.slurm_account,
-        qos=a.slurm_qos,
-        time_min=a.slurm_time,
-        cpus_per_task=a.slurm_cpus,
-        mem_gb=a.slurm_mem_gb,
-        setup=list(a.slurm_setup),
+        resources=resources_from_args(a, ARRAY_FLAGS, array_resources()),
         array_chunk=a.array_chunk,
         array_parallelism=a.array_parallelism,
-        extra=extra,
         python=a.slurm_python,
     ).validate()
 
@@ -136,28 +124,13 @@ def run_chunk(paths: Sequence[str], cache_dir: str, use_cache: bool, rank_fn: Ca
 def _check_slurm() -> None:
     if shutil.which("sbatch") is None:
         raise AnalysisError("--executor slurm: sbatch is not on PATH; run on a SLURM login node "
-                            "(or start the local cluster: python -m hpcprof.localslurm up, then eval its env), "
+                            "(or start the local cluster from a checkout: make slurm-up, then eval \"$(make -s slurm-env)\"), "
                             "or use --executor local")
 
 
 def _executor(opts: SlurmOptions, log_dir: Path, n_tasks: int):
-    import submitit
-
-    kw = {"slurm_python": opts.python} if opts.python else {}
-    ex = submitit.AutoExecutor(folder=str(log_dir), cluster="slurm", **kw)
-    params: dict[str, Any] = {
-        "name": opts.job_name,
-        "timeout_min": opts.time_min,
-        "nodes": 1,
-        "tasks_per_node": 1,
-        "cpus_per_task": opts.cpus_per_task,
-        "slurm_array_parallelism": opts.array_parallelism or max(1, n_tasks),
-    }
-    if opts.mem_gb is not None:
-        params["mem_gb"] = opts.mem_gb
-    params.update(submitit_slurm_parameters(opts.partition, opts.account, opts.qos, setup=opts.setup, extra=opts.extra))
-    ex.update_parameters(**params)
-    return ex
+    return make_executor(opts.resources, "slurm", log_dir, python=opts.python,
+                         slurm_array_parallelism=opts.array_parallelism or max(1, n_tasks))
 
 
 def _failure(job, exc: BaseException) -> str:
