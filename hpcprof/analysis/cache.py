@@ -45,9 +45,22 @@ def lookup(cache_dir: str | os.PathLike, digest: str) -> Path | None:
             meta = json.loads((d / META).read_text())
         except (OSError, ValueError):
             return None
-        if meta.get("analysis_version") == ANALYSIS_VERSION and meta.get("digest") == digest:
+        if meta.get("analysis_version") == ANALYSIS_VERSION and meta.get("digest") == digest and _tables_intact(d):
             return d
     return None
+
+
+def _tables_intact(d: Path) -> bool:
+    """Every Parquet table of an entry has its footer (a truncated or damaged file is a miss, parsed
+    again, instead of failing every later run until --no-cache)."""
+    import pyarrow.parquet as pq
+
+    for p in d.glob("*.parquet"):
+        try:
+            pq.read_metadata(p)
+        except Exception:
+            return False
+    return True
 
 
 class EntryWriter:
@@ -106,6 +119,11 @@ def memo_hit(out: AnalysisDir, key: str) -> dict | None:
     except (OSError, ValueError):
         return None
     if s.get("inputs_key") != key or not out.report.is_file():
+        return None
+    # the outputs must all still be there: a deleted table or chart is made again, not reported as present
+    outputs = s.get("outputs") or {}
+    files = [out.root / f for f in outputs.get("files") or []] + [Path(p) for p in (outputs.get("plots") or {}).values()]
+    if not files or not all(f.is_file() for f in files):
         return None
     c = s.setdefault("cache", {})
     c["cached_ranks"] = sorted(set(c.get("cached_ranks", [])) | set(c.get("parsed_ranks", [])))

@@ -123,6 +123,7 @@ def trace_meta(path: str | os.PathLike, doc: dict) -> TraceMeta:
         backend=info.get("backend"),
         host=doc.get("host_name"),
         pg_config=list(info.get("pg_config") or []),
-        device_properties=list(doc.get("deviceProperties") or []),
+        device_properties=[d for d in doc.get("deviceProperties") or [] if isinstance(d, dict)]
+        if isinstance(doc.get("deviceProperties"), list) else [],
         warnings=warnings,
     )

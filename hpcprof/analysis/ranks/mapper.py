@@ -53,8 +53,11 @@ def analyze_rank(
             return RankResult.failed(trace_path, str(exc))
         box = [decoded]
         del decoded  # _analyze_doc drops the decoded records once its event table is built
-        with cache.EntryWriter(cache_dir, digest) as tmp:
-            _analyze_doc(trace_path, box, digest, tmp)
+        try:
+            with cache.EntryWriter(cache_dir, digest) as tmp:
+                _analyze_doc(trace_path, box, digest, tmp)
+        except Exception as exc:  # odd input we did not foresee: this file only, whatever the executor
+            return RankResult.failed(trace_path, f"{trace_path.name}: analysis failed ({type(exc).__name__}: {exc})")
     res = _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
     res.parse_s = time.perf_counter() - t0
     return res

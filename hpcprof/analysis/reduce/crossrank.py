@@ -102,7 +102,7 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     elif per_coll.empty:
         warnings.append("no collectives matched across ranks: straggler analysis skipped")
 
-    recs = recommendations(per_rank, steps_trace, steps.records, kall, kb, strag, metas, device, steps.spread)
+    recs = recommendations(per_rank, steps_trace, steps.records, kall, kb, strag, metas, device, steps.spread, idle=idle)
     return Reduced(
         metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
         kernel_breakdown=kb, kernels_top=ktop, kernels_all=kall, kernels_across_ranks=kx, idle=idle,

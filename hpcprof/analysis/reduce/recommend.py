@@ -3,6 +3,15 @@
 The TensorBoard profiler plugin's rules are the floor (data-loader share of the step, communication
 share, no Tensor Core use, low memory use); the straggler, overlap and idle-time findings add to
 them. Each recommendation carries `score` (roughly: share of step time at stake, %) for ordering.
+Every rule has a test where it must fire and one where it must not (tests/analysis/test_recommend.py).
+
+The GPU-side rules run for any device with stream activity (CUDA, ROCm, MTIA: `device != "cpu"`);
+the Tensor Core rule only for CUDA kernel names. It fires only when GEMM/convolution kernels take
+at least GEMM_MIN_GPU_PCT of the GPU time (below that, mixed precision has little to speed up) and
+Tensor Core kernels take under 1% of the compute time. TC_RE recognises Tensor Core kernels by
+name: Volta-Ampere mma shapes (884, 1688, 16816, hmma, s161616), cuBLAS xmma/`tensorop`, Hopper
+wgmma/gmma and sm90 GEMMs, CUTLASS kernels other than its SIMT ones, cuBLAS 12.8+ `nvjet`,
+cuBLASLt GEMMs, FP8 (e4m3/e5m2, f8f8) and grouped GEMMs, FlashAttention and fused MHA.
 """
 
 from __future__ import annotations
@@ -11,12 +20,20 @@ import re
 
 import pandas as pd
 
+from .idle_outliers import idle_outliers, outlier_recommendation
+
 DATA_SHARE_PCT = 5.0  # TensorBoard plugin: DataLoader above 5% of the step
 COMM_SHARE_PCT = 20.0
 LOW_OVERLAP_PCT = 30.0
 GPU_IDLE_PCT = 30.0
 LOW_MEMORY_PCT = 50.0
-TC_RE = re.compile(r"(?:884|1688|16816|hmma|wgmma|tensorop|xmma|_mma|gmma|cutlass.*tensor|s161616|bf16.*gemm|h16816|i8816)", re.I)
+GEMM_MIN_GPU_PCT = 10.0  # the Tensor Core rule needs GEMM/conv kernels to matter
+TC_RE = re.compile(
+    r"(?:884|1688|16816|161616|hmma|wgmma|gmma|tensorop|xmma|wmma|_mma|nvjet|flash_fwd|flash_bwd|fmha"
+    r"|sm_?9\d.*(?:gemm|mma)|cutlass(?!.*simt)|cublaslt.*gemm|e4m3|e5m2|f8f8|fp8.*(?:gemm|mm)|grouped_gemm|bf16.*gemm)",
+    re.I,
+)
+GEMM_RE = re.compile(r"gemm|conv|matmul|cudnn|winograd|xmma|cutlass|nvjet|wgmma|gmma|mma|fmha|flash_(?:fwd|bwd)|dgrad|wgrad|fprop", re.I)
 
 
 def _fmt(v: float, d: int = 1) -> str:
@@ -33,8 +50,12 @@ def recommendations(
     metas: dict[int, dict],
     device: str,
     spread: dict,
+    idle: pd.DataFrame | None = None,
 ) -> list[dict]:
+    """The recommendations, highest score first; `idle`: HTA's idle-time breakdown per rank and stream
+    (for the idle outliers)."""
     recs: list[dict] = []
+    gpu = device != "cpu"
 
     # 1. data loading share of the step
     share, src = None, ""
@@ -58,7 +79,7 @@ def recommendations(
         )
 
     # 2. communication share
-    if device == "cuda" and not kernel_type.empty:
+    if gpu and not kernel_type.empty:
         tot = kernel_type["sum"].sum()
         comm = kernel_type[kernel_type["kernel_type"].str.startswith("COMMUNICATION")]["sum"].sum()
         pct = 100 * comm / tot if tot else 0.0
@@ -87,7 +108,7 @@ def recommendations(
             )
 
     # 3. overlap
-    if device == "cuda" and "comm_comp_overlap_pct" in per_rank and per_rank["comm_comp_overlap_pct"].notna().any():
+    if gpu and "comm_comp_overlap_pct" in per_rank and per_rank["comm_comp_overlap_pct"].notna().any():
         ov = float(per_rank["comm_comp_overlap_pct"].median())
         if ov < LOW_OVERLAP_PCT:
             recs.append(
@@ -102,14 +123,16 @@ def recommendations(
     if device == "cuda" and not kernels_all.empty:
         comp = kernels_all[kernels_all["kernel_type"] == "COMPUTATION"]
         tot = comp["sum"].sum()
+        gpu_tot = kernels_all["sum"].sum()
         tc = comp[comp["name"].str.contains(TC_RE)]["sum"].sum()
-        if tot > 0 and tc / tot < 0.01:
-            gemm = comp[comp["name"].str.contains("gemm|conv", case=False)]["sum"].sum()
+        gemm = comp[comp["name"].str.contains(GEMM_RE)]["sum"].sum()
+        gemm_gpu_pct = 100 * gemm / gpu_tot if gpu_tot else 0.0
+        if tot > 0 and tc / tot < 0.01 and gemm_gpu_pct >= GEMM_MIN_GPU_PCT:
             recs.append(
                 {
                     "title": "No Tensor Core kernels: enable mixed precision (torch.autocast bf16/fp16) or TF32, and channels_last for convolutions",
-                    "evidence": f"{_fmt(100 * tc / tot, 2)}% of compute kernel time in Tensor Core kernels (by kernel name); GEMM/conv kernels take {_fmt(100 * gemm / tot)}% of compute time",
-                    "score": 100 * gemm / tot / 3,
+                    "evidence": f"{_fmt(100 * tc / tot, 2)}% of compute kernel time in Tensor Core kernels (by kernel name); GEMM/conv kernels take {_fmt(gemm_gpu_pct)}% of GPU kernel time (the rule needs at least {GEMM_MIN_GPU_PCT:.0f}%)",
+                    "score": gemm_gpu_pct / 3,
                 }
             )
 
@@ -128,14 +151,14 @@ def recommendations(
             )
 
     # 6. GPU idle
-    if device == "cuda" and "idle_pct" in per_rank and per_rank["idle_pct"].notna().any():
-        idle = float(per_rank["idle_pct"].median())
-        if idle > GPU_IDLE_PCT:
+    if gpu and "idle_pct" in per_rank and per_rank["idle_pct"].notna().any():
+        idle_med = float(per_rank["idle_pct"].median())
+        if idle_med > GPU_IDLE_PCT:
             recs.append(
                 {
                     "title": "GPUs are idle much of the time; the host does not feed them fast enough (larger batches, fewer small kernels, CUDA graphs / torch.compile, faster input)",
-                    "evidence": f"median GPU idle {_fmt(idle)}% of the profiled time across ranks (HTA temporal breakdown); see the idle-time breakdown by cause",
-                    "score": idle / 2,
+                    "evidence": f"median GPU idle {_fmt(idle_med)}% of the profiled time across ranks (HTA temporal breakdown); see the idle-time breakdown by cause",
+                    "score": idle_med / 2,
                 }
             )
 
@@ -148,17 +171,22 @@ def recommendations(
             "cpu_work": "check CPU binding and contention on its node (cpus-per-task, other jobs)",
             "gpu_compute": "check that GPU (clocks, thermals, ECC errors, other processes) or its node",
             "memcpy": "check pinned memory and PCIe/NVLink topology on its node",
+            "comm": "check its links and the collectives it runs with ranks outside the analysed set",
         }.get(s["cause"], "inspect its trace around the late collectives")
         pct = f" ({_fmt(100 * s['cost_ms_per_step'] / step_ms)}% of the median step)" if step_ms else ""
         recs.append(
             {
-                "title": f"Straggler: rank {s['rank']} (node {s.get('node')}) makes the others wait; {advice}",
-                "evidence": f"costs the job {_fmt(s['cost_ms_per_step'])} ms per step{pct} (the others sit blocked {_fmt(s.get('blocked_wait_ms_per_step', s['cost_ms_per_step']))} ms per step waiting for it); late in {_fmt(100 * s['late_in_steps_share'], 0)}% of steps; cause: {s['cause_detail']}; confidence {s['confidence']}",
+                "title": f"Straggler: rank {s['rank']} (node {s.get('node') or 'unknown'}) makes the others wait; {advice}",
+                "evidence": f"costs the job {_fmt(s['cost_ms_per_step'])} ms per step{pct} (what-if replay: the step replayed with this rank at the other ranks' median is that much shorter); above the threshold of {_fmt(s['threshold_ms'])} ms in {s['steps_flagged']} of {s['steps']} profiled steps; cause: {s['cause_detail']}",
                 "score": 100 * s["cost_ms_per_step"] / step_ms if step_ms else 50.0,
             }
         )
 
-    # 8. imbalance without a flagged straggler
+    # 8. GPU idle outliers (reduce/idle_outliers.py), with their idle cause and straggler status
+    if gpu:
+        recs += [outlier_recommendation(o) for o in idle_outliers(per_rank, idle, [s["rank"] for s in stragglers])]
+
+    # 9. imbalance without a flagged straggler
     if not stragglers and spread.get("spread_pct") and spread["spread_pct"] > 10:
         recs.append(
             {
