@@ -7,6 +7,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+# host names, kernel names and file names are data, never TeX: a host called "$\frac{a}{$" made
+# matplotlib parse mathtext and the whole analysis fail (issue 13)
+matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

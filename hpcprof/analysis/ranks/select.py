@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from statistics import median
 from typing import Iterable
 
+from ...rundir import TRACE_TEMPLATE
 from .result import RankResult
 
 
@@ -31,7 +33,7 @@ def select_ranks(results: list[RankResult], manifest: dict, ranks: Iterable[int]
     # world size: the manifest's, else the most common among traces
     ws_counts = Counter(r.meta["world_size"] for r in good if r.meta["world_size"] is not None)
     world_size = manifest.get("world_size") or (ws_counts.most_common(1)[0][0] if ws_counts else None)
-    keep: dict[int, RankResult] = {}
+    candidates: dict[int, list[RankResult]] = {}
     for r in good:
         m = r.meta
         name = Path(r.path).name
@@ -41,13 +43,14 @@ def select_ranks(results: list[RankResult], manifest: dict, ranks: Iterable[int]
                 "trace from a different job? (remove it from the folder)"
             )
             continue
-        if m["rank"] in keep:
+        if m["rank"] < 0 or (world_size is not None and m["rank"] >= world_size):
             warnings.append(
-                f"skipped {name}: duplicate rank {m['rank']} (already analysed from {Path(keep[m['rank']].path).name}); "
-                "keep one trace per rank in the folder"
+                f"skipped {name}: rank {m['rank']} is outside [0, {world_size if world_size is not None else '...'}) "
+                "of this job; trace from a different job or a corrupt distributedInfo? (remove it from the folder)"
             )
             continue
-        keep[m["rank"]] = r
+        candidates.setdefault(m["rank"], []).append(r)
+    keep = _one_per_rank(candidates, warnings)
     if ranks is not None:
         wanted = set(int(x) for x in ranks)
         missing = wanted - set(keep)
@@ -57,3 +60,46 @@ def select_ranks(results: list[RankResult], manifest: dict, ranks: Iterable[int]
     if world_size and keep and len(keep) < world_size and ranks is None:
         warnings.append(f"{len(keep)} of {world_size} ranks analysed; cross-rank results cover only these ranks")
     return dict(sorted(keep.items())), world_size
+
+
+def _start_us(r: RankResult) -> float | None:
+    """When the trace's first profiled step (else its first busy interval) starts, on its clock."""
+    import pandas as pd
+
+    for table, col in (("steps", "ts_us"), ("busy", "start_us")):
+        p = r.tables.get(table)
+        if p:
+            try:
+                v = pd.read_parquet(p, columns=[col])[col]
+            except Exception:
+                continue
+            if len(v):
+                return float(v.min())
+    return None
+
+
+def _one_per_rank(candidates: dict[int, list[RankResult]], warnings: list[str]) -> dict[int, RankResult]:
+    """One trace per rank. Two traces of one rank: the run directory's own name (rank-<r>.pt.trace...)
+    wins; otherwise the trace closest in time to the other ranks' (a stale trace of an earlier run
+    left in the folder is hours or days away; keeping it made "costs 291287.9 ms/step")."""
+    keep = {rank: rs[0] for rank, rs in candidates.items() if len(rs) == 1}
+    ref = [s for s in (_start_us(r) for r in keep.values()) if s is not None]
+    ref_us = median(ref) if ref else None
+    for rank, rs in candidates.items():
+        if len(rs) == 1:
+            continue
+        own = [r for r in rs if Path(r.path).name == TRACE_TEMPLATE.format(rank=rank)]
+        if len(own) == 1:
+            chosen, why = own[0], "the run's own trace is " + Path(own[0].path).name
+        elif ref_us is not None:
+            starts = {id(r): _start_us(r) for r in rs}
+            chosen = min(rs, key=lambda r: abs(starts[id(r)] - ref_us) if starts[id(r)] is not None else float("inf"))
+            why = f"{Path(chosen.path).name} is the one recorded with the other ranks"
+        else:
+            chosen, why = rs[0], f"analysed {Path(rs[0].path).name}, the first by name"
+        keep[rank] = chosen
+        for r in rs:
+            if r is not chosen:
+                warnings.append(f"skipped {Path(r.path).name}: duplicate rank {rank} ({why}); "
+                                "keep one trace per rank in the folder")
+    return keep
