@@ -30,7 +30,7 @@ from .outputs.layout import AnalysisDir
 
 ANALYSIS_VERSION = 6
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
-REDUCE_VERSION = 3
+REDUCE_VERSION = 4
 META = "meta.json"
 
 

@@ -15,6 +15,11 @@ def console_summary(summary: dict) -> str:
 
     for r in summary["per_rank"]:
         lines.append(f"{r['rank']:>4}  {str(r['node'] or '?')[:14]:<14} {f(r['step_time_ms'], 9)} {f(r['idle_pct'], 7)} {f(r['compute_pct'], 7)} {f(r['comm_comp_overlap_pct'], 9)}")
+    line = throughput_line(summary.get("throughput"))
+    idle = [r["idle_pct"] for r in summary["per_rank"] if isinstance(r.get("idle_pct"), (int, float))]
+    if idle and summary["device"] == "cuda":  # as the tutorials show it: utilisation next to throughput
+        line += f"; GPU busy {100 - sum(idle) / len(idle):.1f}% of the profiled steps (HTA, mean over ranks)"
+    lines.append(line)
     if summary["stragglers"]:
         s = summary["stragglers"][0]
         lines.append(f"top straggler: rank {s['rank']} (node {s['node']}): costs {s['cost_ms_per_step']:.1f} ms/step (others blocked {s.get('blocked_wait_ms_per_step', s['cost_ms_per_step']):.1f} ms); cause {s['cause']}; confidence {s['confidence']}")
@@ -27,3 +32,19 @@ def console_summary(summary: dict) -> str:
         lines.append(f"{len(summary['warnings'])} warning(s); first: {summary['warnings'][0]}")
     lines.append(f"report: {summary['outputs']['report']}")
     return "\n".join(lines)
+
+
+def throughput_line(tp: dict | None) -> str:
+    """The job's samples/s with its interval and what was left out (summary.json `throughput`)."""
+    if not tp or tp["job"].get("median_samples_per_s") is None:
+        return "throughput: - samples/s (no step records with batch_size, or no steady-state step)"
+    j = tp["job"]
+    lo, hi = j["ci95_samples_per_s"]
+    n = j["steps"]
+    cov = "" if (j.get("ci_coverage") or 0) >= tp["level"] else f", covers {100 * j['ci_coverage']:.0f}% only"
+    prof = j.get("profiled_median_samples_per_s")
+    return (
+        f"throughput: {j['median_samples_per_s']:.1f} samples/s (95% CI {lo:.1f}-{hi:.1f}{cov}) over {n['steady']} steady steps of "
+        f"{n['total']}; left out: warm-up {n['warmup']}, epoch boundary {n['epoch_boundary']}, profiler warm-up "
+        f"{n['profiler_warmup']}, profiled {n['profiled']}" + (f" (those ran at {prof:.1f} samples/s)" if prof is not None else "")
+    )

@@ -55,6 +55,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     )
     if s.get("warnings"):
         parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li class='warn'>{esc(w)}</li>" for w in s["warnings"]) + "</ul>")
+    parts.append("<h2>Throughput</h2>" + _throughput_html(s))
     parts.append("<h2>Stragglers</h2>")
     if s.get("stragglers"):
         parts.append(
@@ -86,3 +87,25 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     path = out / REPORT_FILE
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
+
+
+def _throughput_html(s: dict) -> str:
+    """The job's samples/s line and one row per rank: median with its 95% interval over steady-state
+    steps, the profiled steps apart, the steps left out, and (GPU runs) the share the GPU was busy."""
+    from .console import throughput_line
+
+    tp = s.get("throughput")
+    head = f"<p>{esc(throughput_line(tp))}</p>"
+    if not tp:
+        return head
+    idle = {r["rank"]: r.get("idle_pct") for r in s.get("per_rank") or []}
+    rows = []
+    for r in tp["per_rank"]:
+        ci = r.get("ci95_samples_per_s") or [None, None]
+        n = r["steps"]
+        rows.append({"rank": r["rank"], "samples/s (median)": r["median_samples_per_s"], "95% CI low": ci[0], "95% CI high": ci[1],
+                     "samples/s (sum/time)": r["rate_samples_per_s"], "profiled steps samples/s": r["profiled_median_samples_per_s"],
+                     "GPU busy %": (100 - idle[r["rank"]]) if isinstance(idle.get(r["rank"]), (int, float)) else None,
+                     "steady": n["steady"], "warm-up": n["warmup"], "epoch boundary": n["epoch_boundary"],
+                     "profiler warm-up": n["profiler_warmup"], "profiled": n["profiled"]})
+    return head + _table(pd.DataFrame(rows))

@@ -58,6 +58,7 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "stragglers": red.stragglers,
         "recommendations": [{"title": r["title"], "evidence": r["evidence"], "score": r["score"]} for r in red.recommendations],
         "step_time": red.steps.spread,
+        "throughput": red.throughput,
         "clock_offsets_us": {str(k): v for k, v in red.clock_offsets_us.items()},
         "collectives_matched": int(len(red.collectives)),
         "manifest_drills": manifest.get("drills"),

@@ -26,6 +26,9 @@ def output_tables(red: Reduced) -> dict[str, pd.DataFrame]:
     }
     if not red.steps.records.empty:
         tables["steps_all"] = red.steps.records
+    if red.throughput_steps is not None and not red.throughput_steps.empty:
+        tables["throughput_steps"] = red.throughput_steps[[c for c in ("rank", "step", "epoch", "phase", "batch_size", "step_s", "samples_per_s")
+                                                           if c in red.throughput_steps]]
     return tables
 
 

@@ -21,6 +21,7 @@ from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
 from .step_stats import StepTimes, step_times
 from .stragglers import analyze_collectives
+from .throughput import throughput
 
 
 @dataclass
@@ -47,6 +48,10 @@ class Reduced:
     stragglers: list[dict]
     clock_offsets_us: dict[int, float]
     recommendations: list[dict]
+    throughput: dict | None = None
+    """summary.json `throughput` (reduce.throughput): samples/s over steady-state steps; None without step records."""
+    throughput_steps: pd.DataFrame | None = None
+    """Every step record with its phase and samples/s (tables/throughput_steps)."""
 
 
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
@@ -88,6 +93,7 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     busy = busy_intervals(keep)
 
     steps = step_times(RunDir(src), keep, steps_trace)
+    tp, tp_steps, _ = throughput(steps.records, _profiler_warmup(manifest), _attempt_starts(manifest))
     per_rank = per_rank_table(metas, nodes, steps_trace, steps.stats)
     kb = kernel_breakdown(ktype)
     kx = kernels_across_ranks(kall)
@@ -107,4 +113,17 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
         metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
         kernel_breakdown=kb, kernels_top=ktop, kernels_all=kall, kernels_across_ranks=kx, idle=idle,
         collectives=per_coll, waits_per_step=per_step, stragglers=strag, clock_offsets_us=offsets, recommendations=recs,
+        throughput=tp, throughput_steps=tp_steps,
     )
+
+
+def _profiler_warmup(manifest: dict) -> int:
+    """The spec's profiler.warmup (steps traced and discarded before the active ones); 0 unknown."""
+    prof = ((manifest.get("spec") or {}).get("profiler") or {}) if isinstance(manifest, dict) else {}
+    return int(prof.get("warmup") or 0) if prof.get("enabled", True) else 0
+
+
+def _attempt_starts(manifest: dict) -> list[int]:
+    """First steps of resumed attempts (manifest attempts[].resumed_from_step)."""
+    return [int(a["resumed_from_step"]) for a in (manifest.get("attempts") or [])
+            if isinstance(a, dict) and a.get("resumed_from_step") is not None]
