@@ -27,6 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=None, help="parse cache folder (default: <out>/.cache)")
     ap.add_argument("--ranks", type=int, nargs="+", default=None, help="analyse only these ranks")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--timeline-steps", type=int, nargs="+", default=None, metavar="STEP",
+                    help="profiled steps of the merged timeline analysis/timeline.pt.trace.json.gz (default: every profiled step)")
+    ap.add_argument("--timeline-max-events", type=int, default=None, metavar="N",
+                    help="size budget of the merged timeline; low-value events are dropped first and counted (default: 1000000)")
     ap.add_argument("--executor", choices=["local", "slurm"], default="local", help="run the per-rank map in worker processes here (local) or as a SLURM job array (slurm)")
     add_slurm_arguments(ap)
     a = ap.parse_args(argv)
@@ -35,7 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         ap.error(str(exc))
     try:
-        summary = analyze(a.path, out=a.out, workers=a.workers, use_cache=not a.no_cache, ranks=a.ranks, cache_dir=a.cache_dir, progress=not a.quiet, executor=a.executor, slurm=slurm)
+        summary = analyze(a.path, out=a.out, workers=a.workers, use_cache=not a.no_cache, ranks=a.ranks, cache_dir=a.cache_dir, progress=not a.quiet, executor=a.executor, slurm=slurm,
+                          timeline_steps=a.timeline_steps, timeline_max_events=a.timeline_max_events)
     except AnalysisError as exc:
         print(f"hpcprof.analyze: error: {exc}", file=sys.stderr)
         return 2

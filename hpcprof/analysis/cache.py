@@ -88,8 +88,9 @@ class EntryWriter:
 
 
 # ------------------------------------------------------------------------- whole-analysis memo
-def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None) -> tuple[dict[Path, str], str]:
-    """(content hash per readable trace, the memo key of the whole analysis)."""
+def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None, options: str = "") -> tuple[dict[Path, str], str]:
+    """(content hash per readable trace, the memo key of the whole analysis); `options`: the other
+    analysis options that change the outputs (the merged timeline's steps and budget)."""
 
     def digest(f: Path) -> str:
         try:
@@ -100,7 +101,7 @@ def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None) -> tup
     # hashlib releases the GIL on large blocks: hash the files on all cores
     with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
         digests = dict(zip(files, pool.map(digest, files)))
-    parts = [f"v{ANALYSIS_VERSION}", f"r{REDUCE_VERSION}", f"ranks={sorted(ranks) if ranks is not None else None}"]
+    parts = [f"v{ANALYSIS_VERSION}", f"r{REDUCE_VERSION}", f"ranks={sorted(ranks) if ranks is not None else None}", options]
     parts += [f"{f.name}:{digests[f]}" for f in files]
     run = RunDir(src)
     extra = [run.steps_path(r) for r in run.step_ranks()]

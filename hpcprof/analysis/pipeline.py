@@ -19,6 +19,7 @@ from .errors import AnalysisError
 from .executors import run_map
 from .executors.local import default_workers
 from .outputs.charts import Charts, draw_charts
+from .outputs.chart_plan import nothing_to_show
 from .outputs.console import console_summary
 from .outputs.layout import AnalysisDir
 from .outputs.report import write_report
@@ -26,9 +27,11 @@ from .outputs.summary import build_summary, clean, write_summary
 from .outputs.tables import output_tables, write_tables
 from .ranks.result import RankResult
 from .ranks.select import select_ranks
+from .outputs.timeline_trace import merged_timeline
 from .reduce.crossrank import reduce_ranks
 
 __all__ = ["AnalysisError", "analyze", "console_summary"]
+from .reduce.views import rank_views
 
 
 def analyze(
@@ -44,9 +47,13 @@ def analyze(
     slurm=None,
 ) -> dict[str, Any]:
     """Analyse a run directory or a folder of Kineto traces; write outputs; return the summary dict.
+    timeline_steps: Iterable[int] | None = None,
+    timeline_max_events: int | None = None,
 
     `executor`: "local" (`workers` processes here) or "slurm" (a job array; `slurm`: its
-    executors.slurm_array.SlurmOptions)."""
+    executors.slurm_array.SlurmOptions). `timeline_steps`: the profiled steps of the merged timeline
+    (default all); `timeline_max_events`: its size budget (outputs/timeline_trace.py)."""
+    timeline_steps = sorted({int(s) for s in timeline_steps}) if timeline_steps is not None else None
     src = Path(path)
     if not src.exists():
         raise AnalysisError(f"{src}: no such run directory or trace folder")
@@ -69,7 +76,7 @@ def analyze(
 
     files = _traces(src, ranks, is_run)
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
-    digests, key = cache.inputs_key(src, files, ranks)
+    digests, key = cache.inputs_key(src, files, ranks, options=f"timeline={timeline_steps}/{timeline_max_events}")
     if use_cache:
         hit = cache.memo_hit(out_dir, key)
         if hit is not None:
@@ -82,7 +89,7 @@ def analyze(
     if not keep:
         raise AnalysisError("nothing could be analysed:\n  " + "\n  ".join(warnings or ["no usable trace"]))
 
-    summary = _reduce_and_write(src, out_dir, keep, manifest, world_size, warnings)
+    summary = _reduce_and_write(src, out_dir, keep, manifest, world_size, warnings, timeline_steps, timeline_max_events)
     summary["cache"] = {
         "dir": str(cdir),
         "analysis_version": cache.ANALYSIS_VERSION,
@@ -114,17 +121,23 @@ def _traces(src: Path, ranks: Iterable[int] | None, is_run: bool) -> list[Path]:
 
 
 def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], manifest: dict, world_size,
-                      warnings: list[str]) -> dict[str, Any]:
+                      warnings: list[str], timeline_steps: list[int] | None = None,
+                      timeline_max_events: int | None = None) -> dict[str, Any]:
     """Reduce, then write tables, charts and report.html; return the summary (not yet written)."""
     charts = Charts()  # forks now: matplotlib loads while the reduce runs
     try:
         red = reduce_ranks(src, keep, manifest, warnings)
-        tables = output_tables(red)
-        plots = draw_charts(charts, red, out)
+        views = rank_views(keep, red.idle, red.per_rank, red.recommendations)
+        matching = red.whatif.matching if getattr(red, "whatif", None) is not None else None
+        clocks, timeline = merged_timeline(out.root, keep, red.nodes, matching, warnings, timeline_steps, timeline_max_events)
+        tables = {**output_tables(red), **views}
+        omitted = nothing_to_show(red, views)
+        plots = draw_charts(charts, red, out, views, omitted)
         write_tables(tables, out.tables)  # while the charts are drawn
         summary = build_summary(src, out, red, manifest, world_size, warnings, plots)
         charts.wait()  # the report embeds the images
-        write_report(out.root, clean(summary), tables, plots)
+        write_report(out.root, clean(summary), tables, plots, omitted, manifest)
         return summary
     finally:
         charts.wait()
+        summary.update(clock_alignment=clocks.to_dict(), timeline=timeline, charts_left_out=omitted)

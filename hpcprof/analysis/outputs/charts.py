@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from ..reduce.crossrank import Reduced
+from ..reduce.whatif import NOISE_FLOOR_MS, REL_THRESHOLD
 from .layout import AnalysisDir
 
 
@@ -59,23 +60,37 @@ class Charts:
                 pool.shutdown()
 
 
-def draw_charts(charts: Charts, red: Reduced, out: AnalysisDir) -> dict[str, Path]:
-    """Start drawing every chart of the reduce; return chart key -> PNG path (drawn once charts.wait() returns)."""
-    plots = {}
+def draw_charts(charts: Charts, red: Reduced, out: AnalysisDir, views: dict, omitted: dict[str, str]) -> dict[str, Path]:
+    """Start drawing every chart that has something to show (`omitted`: chart_plan.nothing_to_show);
+    return chart key -> PNG path (drawn once charts.wait() returns). `views`: the operator and
+    launch tables (reduce/views.py)."""
+    plots: dict[str, Path] = {}
     nodes = red.nodes
-    flagged = {s["rank"] for s in red.stragglers}
-    plots["stragglers"] = out.plot("stragglers")
-    charts.draw("straggler_chart", red.waits_per_step, flagged, nodes, plots["stragglers"])
-    plots["idle"] = out.plot("idle")
-    charts.draw("idle_chart", red.per_rank, red.idle, red.steps_trace, nodes, plots["idle"])
-    plots["step_heatmap"] = out.plot("step_heatmap")
-    records = red.steps.records
-    if not records.empty:
-        charts.draw("step_heatmap", records.assign(step_ms=records["step_s"] * 1e3), "step_ms", "steps/*.jsonl, every step", nodes, plots["step_heatmap"])
-    else:
-        charts.draw("step_heatmap", red.steps_trace, "dur_ms", "trace ProfilerStep durations", nodes, plots["step_heatmap"])
-    plots["overlap"] = out.plot("overlap")
-    charts.draw("overlap_chart", red.per_rank, nodes, plots["overlap"])
-    plots["kernel_types"] = out.plot("kernel_types")
-    charts.draw("kernel_chart", red.kernel_breakdown, plots["kernel_types"])
+
+    def want(key: str) -> bool:
+        if key in omitted:
+            return False
+        plots[key] = out.plot(key)
+        return True
+
+    if want("stragglers"):
+        threshold = red.stragglers[0]["threshold_ms"] if red.stragglers and "threshold_ms" in red.stragglers[0] else \
+            max(NOISE_FLOOR_MS, REL_THRESHOLD * (red.steps.median_ms or 0.0))
+        charts.draw("straggler_chart", red.waits_per_step, red.stragglers, threshold, nodes, plots["stragglers"])
+    if want("idle"):
+        charts.draw("idle_chart", red.per_rank, red.idle, red.steps_trace, nodes, plots["idle"])
+    if want("step_heatmap"):
+        records = red.throughput_steps if red.throughput_steps is not None and not red.throughput_steps.empty else red.steps.records
+        if not records.empty:
+            charts.draw("step_heatmap", records.assign(step_ms=records["step_s"] * 1e3), "step_ms", "steps/*.jsonl, every step", nodes, plots["step_heatmap"])
+        else:
+            charts.draw("step_heatmap", red.steps_trace.assign(profiled=True), "dur_ms", "trace ProfilerStep durations", nodes, plots["step_heatmap"])
+    if want("overlap"):
+        charts.draw("overlap_chart", red.per_rank, nodes, plots["overlap"])
+    if want("kernel_types"):
+        charts.draw("kernel_chart", red.kernel_breakdown, plots["kernel_types"])
+    if want("operators"):
+        charts.draw("operators_chart", views["operators"], plots["operators"])
+    if want("launches"):
+        charts.draw("launch_chart", views["launch_summary"], nodes, plots["launches"])
     return plots

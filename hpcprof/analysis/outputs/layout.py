@@ -23,6 +23,8 @@ PLOT_FILES = {
     "step_heatmap": "step_time_heatmap.png",
     "overlap": "overlap.png",
     "kernel_types": "kernel_types.png",
+    "operators": "operators.png",
+    "launches": "launches.png",
 }
 """Chart key (summary.json outputs.plots) -> file name under plots/."""
 

@@ -1,4 +1,11 @@
-"""PNG charts (matplotlib, Agg). Every chart has units and rank (node) labels."""
+"""PNG charts (matplotlib, Agg). Every chart has units and rank (node) labels.
+
+Rules every chart follows (issue 12): legends sit outside the data (right of or below the axes) and
+do not depend on the data (proxy artists: the colours mean the same in every report); colour
+scales are centred on the median or on the shown threshold, so noise stays pale; profiled steps
+and steps excluded from the statistics are marked; a chart is only drawn when it has something to
+show (chart_plan.py decides, and says why when not).
+"""
 
 from __future__ import annotations
 
@@ -13,51 +20,73 @@ matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.colors import LinearSegmentedColormap, TwoSlopeNorm  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 FLAG = "#d62728"
+NORMAL = "#1f77b4"
+SUFFERED = "#aaaaaa"
+COST = "#7f0000"
+# white up to the threshold's pale pink, then deepening red: below-threshold noise stays pale
+WAIT_CMAP = LinearSegmentedColormap.from_list("wait", ["#ffffff", "#fde0dd", "#a50f15"])
+DPI = 90
 
 
 def _labels(ranks, nodes: dict) -> list[str]:
-    return [f"rank {r}\n{nodes.get(r) or '?'}" for r in ranks]
+    return [f"rank {r}\n{nodes.get(r) or 'unknown'}" for r in ranks]
 
 
-def _empty(ax, text):
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes)
-    ax.set_xticks([])
-    ax.set_yticks([])
+def _legend_right(ax, handles=None, **kw) -> None:
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False, **kw)
 
 
-def straggler_chart(per_step: pd.DataFrame, flagged: set[int], nodes: dict, path: Path) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [1, 1.4]})
-    if per_step.empty:
-        for ax in axes:
-            _empty(ax, "no collectives matched across ranks (single rank or no collectives in the traces)")
-    else:
-        m = per_step.groupby("rank")[["wait_inflicted_ms", "wait_suffered_ms"]].mean()
-        x = np.arange(len(m))
-        ax = axes[0]
-        colors = [FLAG if r in flagged else "#1f77b4" for r in m.index]
-        ax.bar(x - 0.2, m["wait_inflicted_ms"], 0.4, color=colors, label="inflicted on others (others wait for it)")
-        ax.bar(x + 0.2, m["wait_suffered_ms"], 0.4, color="#aaaaaa", label="suffered (it waits for others)")
-        ax.set_xticks(x, _labels(m.index, nodes), fontsize=8)
-        ax.set_ylabel("blocked waiting per step (ms)")
-        ax.set_title("Waiting in collectives per rank (red: flagged straggler)")
-        ax.legend(fontsize=8)
-        piv = per_step.pivot(index="rank", columns="step", values="wait_inflicted_ms")
-        ax = axes[1]
-        im = ax.imshow(piv.to_numpy(), aspect="auto", cmap="Reds")
-        ax.set_yticks(range(len(piv.index)), _labels(piv.index, nodes), fontsize=7)
-        for t, r in zip(ax.get_yticklabels(), piv.index):
-            if r in flagged:
-                t.set_color(FLAG)
-                t.set_fontweight("bold")
-        ax.set_xticks(range(len(piv.columns)), [str(c) for c in piv.columns], fontsize=7)
-        ax.set_xlabel("profiled step")
-        ax.set_title("Waiting inflicted on the others, per step (ms)")
-        fig.colorbar(im, ax=ax, label="ms")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+def _save(fig, path: Path) -> None:
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
+
+
+def straggler_chart(per_step: pd.DataFrame, stragglers: list[dict], threshold_ms: float, nodes: dict, path: Path) -> None:
+    """Left: per rank, what it costs the job per profiled step (red when flagged) and how long it
+    waited itself. Right: the cost per rank and profiled step, white up to the threshold (noise
+    stays pale). `per_step`: tables/waits_per_step (the what-if costs `whatif_cost_ms` and `wait_ms`,
+    or the older `wait_inflicted_ms` / `wait_suffered_ms`)."""
+    flagged = {int(s["rank"]) for s in stragglers}
+    cost_col = "whatif_cost_ms" if "whatif_cost_ms" in per_step else "wait_inflicted_ms"
+    wait_col = "wait_ms" if "wait_ms" in per_step else "wait_suffered_ms"
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.8), gridspec_kw={"width_ratios": [1.1, 1.3], "wspace": 0.55})
+    m = per_step.groupby("rank")[[cost_col, wait_col]].mean()
+    x = np.arange(len(m))
+    ax = axes[0]
+    ax.bar(x - 0.2, m[cost_col], 0.4, color=[FLAG if r in flagged else NORMAL for r in m.index])
+    ax.bar(x + 0.2, m[wait_col], 0.4, color=SUFFERED)
+    for xi, r, c in zip(x, m.index, m[cost_col]):
+        if r in flagged:
+            ax.annotate(f"{c:.1f} ms", (xi - 0.2, c), ha="center", va="bottom", fontsize=8, color=FLAG)
+    ax.axhline(threshold_ms, color="#555", ls="--", lw=1)
+    ax.set_xticks(x, _labels(m.index, nodes), fontsize=8)
+    ax.set_ylabel("ms per profiled step")
+    ax.set_title("Per rank: cost to the job, and its own waiting")
+    _legend_right(ax, handles=[
+        Patch(color=FLAG, label="cost to the job (flagged straggler)"), Patch(color=NORMAL, label="cost to the job"),
+        Patch(color=SUFFERED, label="it waits for others"),
+        plt.Line2D([], [], color="#555", ls="--", label=f"threshold {threshold_ms:.1f} ms")])
+    piv = per_step.pivot(index="rank", columns="step", values=cost_col)
+    ax = axes[1]
+    vals = piv.to_numpy(dtype=float)
+    vmax = max(2 * threshold_ms, float(np.nanmax(vals)) if vals.size else 0.0, 1e-6)
+    im = ax.imshow(np.clip(vals, 0, None), aspect="auto", cmap=WAIT_CMAP, norm=TwoSlopeNorm(vmin=0.0, vcenter=threshold_ms, vmax=vmax))
+    ax.set_yticks(range(len(piv.index)), _labels(piv.index, nodes), fontsize=7)
+    for t, r in zip(ax.get_yticklabels(), piv.index):
+        if r in flagged:
+            t.set_color(FLAG)
+            t.set_fontweight("bold")
+    every = max(1, len(piv.columns) // 25)
+    ax.set_xticks(range(0, len(piv.columns), every), [str(c) for c in piv.columns[::every]], fontsize=7)
+    ax.set_xlabel("profiled step")
+    ax.set_title("Cost to the job per rank and step (ms)")
+    cb = fig.colorbar(im, ax=ax, label="ms (white: below the threshold)")
+    cb.ax.axhline(threshold_ms, color="#555", ls="--", lw=1)
+    _save(fig, path)
 
 
 def idle_chart(per_rank: pd.DataFrame, idle: pd.DataFrame, steps_trace: pd.DataFrame, nodes: dict, path: Path) -> None:
@@ -85,8 +114,7 @@ def idle_chart(per_rank: pd.DataFrame, idle: pd.DataFrame, steps_trace: pd.DataF
         ax.set_xticks(x, _labels(ranks, nodes), fontsize=8)
         ax.set_ylabel("% of GPU time (first to last kernel)")
         ax.set_title("GPU time per rank: idle by cause, compute, non-compute (HTA)")
-        ax.legend(fontsize=8, loc="lower right")
-    elif not steps_trace.empty:
+    else:
         m = steps_trace.groupby("rank")[["data_loading_ms", "cpu_work_ms", "host_gap_ms", "dur_ms"]].sum()
         pct = m[["data_loading_ms", "cpu_work_ms", "host_gap_ms"]].div(m["dur_ms"], axis=0) * 100
         x = np.arange(len(pct))
@@ -96,61 +124,103 @@ def idle_chart(per_rank: pd.DataFrame, idle: pd.DataFrame, steps_trace: pd.DataF
             bottom += pct[c].to_numpy()
         ax.set_xticks(x, _labels(pct.index, nodes), fontsize=8)
         ax.set_ylabel("% of profiled step time (main thread)")
-        ax.set_title("CPU-only run: no GPU idle time; main-thread time per rank")
-        ax.legend(fontsize=8, loc="lower right")
-    else:
-        _empty(ax, "no data")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+        ax.set_title("CPU-only run: main-thread time per rank")
+    ax.set_ylim(0, 100)
+    _legend_right(ax)
+    _save(fig, path)
 
 
 def step_heatmap(steps: pd.DataFrame, value: str, source: str, nodes: dict, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(10, max(3, 0.35 * steps["rank"].nunique() + 1.5) if not steps.empty else 3))
-    if steps.empty:
-        _empty(ax, "no steps")
+    """Rank x step; colours centred on the median step time of the steps in the statistics (white),
+    the range at least +-25% of it, so a 2% wobble stays pale. Above the map, a strip marks the
+    profiled steps (black) and the steps excluded from the statistics (grey: column `phase` warmup,
+    epoch_boundary or profiler_warmup; without `phase`, each rank's first step)."""
+    from matplotlib.transforms import blended_transform_factory
+
+    piv = steps.pivot_table(index="rank", columns="step", values=value, aggfunc="first")
+    first = steps.sort_values(["step", "rank"]).drop_duplicates("step").set_index("step")
+    if "phase" in steps:
+        excl = steps.groupby("step")["phase"].agg(lambda p: p.isin(["warmup", "epoch_boundary", "profiler_warmup"]).any())
+        prof = steps.groupby("step")["phase"].agg(lambda p: (p == "profiled").any())
     else:
-        piv = steps.pivot_table(index="rank", columns="step", values=value, aggfunc="first")
-        im = ax.imshow(piv.to_numpy(), aspect="auto", cmap="viridis")
-        ax.set_yticks(range(len(piv.index)), [f"rank {r} ({nodes.get(r) or '?'})" for r in piv.index], fontsize=7)
-        step = max(1, len(piv.columns) // 20)
-        ax.set_xticks(range(0, len(piv.columns), step), [str(c) for c in piv.columns[::step]], fontsize=7)
-        ax.set_xlabel("step")
-        ax.set_title(f"Step time per rank and step ({source})")
-        fig.colorbar(im, ax=ax, label="step time (ms)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+        excl = pd.Series(first.index == first.index.min(), index=first.index)
+        prof = first["profiled"].fillna(False).astype(bool) if "profiled" in first else pd.Series(False, index=first.index)
+    kept = [c for c in piv.columns if not bool(excl.get(c, False))] or list(piv.columns)
+    med = float(np.nanmedian(piv[kept].to_numpy()))
+    dev = float(np.nanmax(np.abs(piv[kept].to_numpy() - med))) if piv.size else 0.0
+    span = max(0.25 * med, dev, 1e-6)
+    fig, ax = plt.subplots(figsize=(11, max(3, 0.35 * len(piv.index) + 2)))
+    im = ax.imshow(piv.to_numpy(), aspect="auto", cmap="RdBu_r",
+                   norm=TwoSlopeNorm(vmin=max(0.0, med - span) if med - span < med else med - 1e-6, vcenter=med, vmax=med + span))
+    ax.set_yticks(range(len(piv.index)), [f"rank {r} ({nodes.get(r) or 'unknown'})" for r in piv.index], fontsize=7)
+    every = max(1, len(piv.columns) // 25)
+    ax.set_xticks(range(0, len(piv.columns), every), [str(c) for c in piv.columns[::every]], fontsize=7)
+    ax.set_xlabel("step")
+    ax.set_title(f"Step time per rank and step ({source}); white = median {med:,.1f} ms", pad=16)
+    strip = blended_transform_factory(ax.transData, ax.transAxes)
+    for i, c in enumerate(piv.columns):
+        color = "black" if bool(prof.get(c, False)) else ("#999999" if bool(excl.get(c, False)) else None)
+        if color:
+            ax.add_patch(plt.Rectangle((i - 0.5, 1.01), 1, 0.035, color=color, transform=strip, clip_on=False))
+    fig.colorbar(im, ax=ax, label="step time (ms)", pad=0.02)
+    handles = [Patch(color="black", label="profiled step"), Patch(color="#999999", label="excluded from the statistics (warm-up, epoch start)")]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.14), ncol=2, frameon=False)
+    _save(fig, path)
 
 
 def overlap_chart(per_rank: pd.DataFrame, nodes: dict, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(per_rank) + 2), 4))
-    d = per_rank[per_rank["comm_comp_overlap_pct"].notna()] if "comm_comp_overlap_pct" in per_rank else per_rank.iloc[0:0]
-    if d.empty:
-        _empty(ax, "no GPU communication kernels (CPU-only run or no NCCL): overlap not defined")
-    else:
-        x = np.arange(len(d))
-        ax.bar(x, d["comm_comp_overlap_pct"], color="#9467bd")
-        ax.set_xticks(x, _labels(d["rank"], nodes), fontsize=8)
-        ax.set_ylabel("comm time overlapped by compute (%)")
-        ax.set_ylim(0, 100)
-        ax.set_title("Communication/computation overlap per rank (HTA)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    d = per_rank[per_rank["comm_comp_overlap_pct"].notna()]
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(d) + 2), 4))
+    x = np.arange(len(d))
+    ax.bar(x, d["comm_comp_overlap_pct"], color="#9467bd")
+    ax.set_xticks(x, _labels(d["rank"], nodes), fontsize=8)
+    ax.set_ylabel("comm time overlapped by compute (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("Communication/computation overlap per rank (HTA)")
+    _save(fig, path)
 
 
 def kernel_chart(kernel_type: pd.DataFrame, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    if kernel_type.empty:
-        _empty(ax, "no GPU kernels (CPU-only run)")
-    else:
-        d = kernel_type.sort_values("sum")
-        ax.barh(d["kernel_type"], d["sum"] / 1e3, color="#17becf")
-        for y, (v, p) in enumerate(zip(d["sum"] / 1e3, d["percentage"])):
-            ax.text(v, y, f" {p:.1f}%", va="center", fontsize=8)
-        ax.set_xlabel("GPU time, all ranks (ms)")
-        ax.set_title("Kernel-type breakdown (HTA)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    d = kernel_type.sort_values("sum")
+    ax.barh(d["kernel_type"], d["sum"] / 1e3, color="#17becf")
+    for y, (v, p) in enumerate(zip(d["sum"] / 1e3, d["percentage"])):
+        ax.text(v, y, f" {p:.1f}%", va="center", fontsize=8)
+    ax.set_xlabel("GPU time, all ranks (ms)")
+    ax.set_title("Kernel-type breakdown (HTA)")
+    ax.margins(x=0.15)
+    _save(fig, path)
+
+
+def operators_chart(ops: pd.DataFrame, path: Path, top: int = 12) -> None:
+    """The operators with the most device time (host time when no GPU), summed over ranks."""
+    g = ops.groupby("name")[["host_total_us", "device_total_us", "host_self_us"]].sum()
+    key = "device_total_us" if g["device_total_us"].sum() > 0 else "host_total_us"
+    d = g.nlargest(top, key).iloc[::-1]
+    fig, ax = plt.subplots(figsize=(10, 0.38 * len(d) + 1.5))
+    y = np.arange(len(d))
+    ax.barh(y + 0.2, d["host_total_us"] / 1e3, 0.4, color="#ff7f0e", label="host time (incl. children)")
+    ax.barh(y - 0.2, d["device_total_us"] / 1e3, 0.4, color="#2ca02c", label="device time it launched")
+    names = [n if len(n) <= 48 else n[:47] + "…" for n in d.index]
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_xlabel("ms, all ranks, profiled steps")
+    ax.set_title(f"Top operators by {'device' if key == 'device_total_us' else 'host'} time")
+    _legend_right(ax)
+    _save(fig, path)
+
+
+def launch_chart(summary: pd.DataFrame, nodes: dict, path: Path) -> None:
+    """Per rank: median and p95 launch delay (us) and the share of kernels shorter than their launch."""
+    d = summary.sort_values("rank")
+    x = np.arange(len(d))
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(d) + 3), 4))
+    ax.bar(x - 0.2, d["launch_delay_median_us"], 0.4, color="#1f77b4", label="launch delay, median")
+    ax.bar(x + 0.2, d["launch_delay_p95_us"], 0.4, color="#aec7e8", label="launch delay, p95")
+    for xi, s, top in zip(x, d["short_kernel_share"], d["launch_delay_p95_us"]):
+        ax.annotate(f"{100 * s:.0f}% short", (xi, top), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x, _labels(d["rank"], nodes), fontsize=8)
+    ax.set_ylabel("µs from launch call end to GPU start")
+    ax.set_title("Kernel launches (HTA): delay, and % of kernels shorter than their launch call")
+    ax.margins(y=0.15)
+    _legend_right(ax)
+    _save(fig, path)

@@ -1,111 +1,280 @@
-"""Self-contained report.html: images base64-embedded, no external resources, every name escaped."""
+"""report.html: one self-contained page that leads with the answer.
+
+Why this layout: a reader wants, in this order, the verdict (is the job slowed by a straggler, by
+how much, which rank and why, how fast it runs, what to change first), the configuration it was
+measured on, and then the evidence, section by section, each finding saying where to look on the
+merged timeline (rank, step, time range in ms from the start of that step). Images are embedded,
+nothing is fetched from the network, every value from a trace, a manifest or a user is escaped
+(htmlparts.esc), the raw summary.json is collapsed at the end. Charts with nothing to show are left out
+with one line saying why (`omitted`).
+"""
 
 from __future__ import annotations
 
 import base64
-import html
 import json
 from pathlib import Path
 
 import pandas as pd
 
+from .htmlparts import esc, group_warnings, num, table
 from .layout import REPORT_FILE
 
-CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
-th{background:#f3f3f3}td.l,th.l{text-align:left}.warn{color:#8a4b00}.flag{color:#b00;font-weight:bold}
-img{max-width:100%;border:1px solid #eee;margin:.5em 0}code{background:#f6f6f6}"""
+CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222;line-height:1.4}
+h1{font-size:1.5em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+.sub{color:#666;margin-top:0}.verdict{background:#f4f8fb;border:1px solid #cfe0ee;border-radius:6px;padding:.6em 1.2em}
+.verdict li{margin:.35em 0}.bad{color:#b00020;font-weight:600}.good{color:#1b7a1b;font-weight:600}
+dl.cfg{display:grid;grid-template-columns:max-content 1fr;gap:.15em 1em}dl.cfg dt{color:#555}dl.cfg dd{margin:0}
+.scroll{overflow-x:auto;max-width:100%;border:1px solid #eee;margin:.5em 0}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#f3f3f3;position:sticky;top:0}td.l,th.l{text-align:left}.warn{color:#8a4b00}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}code{background:#f3f3f3;padding:0 .2em}
+.omitted,.none,.more{color:#666;font-style:italic}.where{color:#333;font-size:.95em}
+nav.toc ol{columns:2;margin:.3em 0}details pre{max-height:40em;overflow:auto;background:#f8f8f8;padding:.6em;font-size:12px}"""
 
-
-def esc(v) -> str:
-    return html.escape("" if v is None else str(v), quote=True)
+SECTIONS = (
+    ("stragglers", "Stragglers"),
+    ("throughput", "Throughput and step time"),
+    ("recommendations", "Recommendations"),
+    ("timeline", "Merged timeline and clock alignment"),
+    ("per-rank", "Per rank"),
+    ("gpu", "GPU time and kernels"),
+    ("operators", "Operators"),
+    ("launches", "Kernel launches"),
+    ("collectives", "Collectives"),
+    ("warnings", "Warnings"),
+    ("raw", "Raw summary.json"),
+)
 
 
 def _img(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _table(df: pd.DataFrame, max_rows: int = 60, left: tuple = ()) -> str:
-    if df is None or df.empty:
-        return "<p>(none)</p>"
-    d = df.head(max_rows)
-    head = "".join(f'<th class="{"l" if c in left else ""}">{esc(c)}</th>' for c in d.columns)
-    rows = []
-    for _, r in d.iterrows():
-        cells = []
-        for c in d.columns:
-            v = r[c]
-            if isinstance(v, float):
-                v = "" if pd.isna(v) else f"{v:.4g}"
-            cells.append(f'<td class="{"l" if c in left else ""}">{esc(v)}</td>')
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    more = f"<p>({len(df) - max_rows} more rows in the tables/ folder)</p>" if len(df) > max_rows else ""
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>{more}"
+def _chart(key: str, title: str, plots: dict, omitted: dict) -> str:
+    p = plots.get(key)
+    if p is not None and Path(p).is_file():
+        return _img(p, title)
+    if key in omitted:
+        return f"<p class='omitted'>Chart “{esc(title)}” left out: {esc(omitted[key])}.</p>"
+    return ""
 
 
-def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plots: dict[str, Path]) -> Path:
-    """report.html in folder `out`; `plots` must be drawn already (they are embedded)."""
-    s = summary
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>hpcprof report: {esc(s.get('run_name'))}</title><style>{CSS}</style></head><body>"]
-    parts.append(f"<h1>hpcprof analysis: {esc(s.get('run_name'))}</h1>")
-    parts.append(
-        f"<p>source <code>{esc(s.get('source'))}</code>; world size {esc(s.get('world_size'))}; ranks analysed "
-        f"{esc(', '.join(map(str, s.get('ranks_analyzed', []))))}; device {esc(s.get('device'))}</p>"
-    )
-    if s.get("warnings"):
-        parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li class='warn'>{esc(w)}</li>" for w in s["warnings"]) + "</ul>")
-    parts.append("<h2>Throughput</h2>" + _throughput_html(s))
-    parts.append("<h2>Stragglers</h2>")
-    if s.get("stragglers"):
-        parts.append(
-            _table(
-                pd.DataFrame(s["stragglers"])[["rank", "node", "cost_ms_per_step", "cause", "cause_detail", "confidence", "late_in_steps_share"]],
-                left=("node", "cause", "cause_detail"),
-            )
-        )
+def _pct(part, whole) -> str:
+    return f" ({100 * part / whole:.0f}% of the {num(whole)} ms median step)" if part is not None and whole else ""
+
+
+def _step_ms(s: dict):
+    return (s.get("step_time") or {}).get("median_of_rank_medians_ms")
+
+
+def where_to_look(s: dict, colls: pd.DataFrame | None, rank: int) -> str:
+    """Rank, step and time range on the merged timeline of the rank's worst late arrival."""
+    tl = s.get("timeline") or {}
+    if colls is None or colls.empty or "last_rank" not in colls:
+        return ""
+    mine = colls[colls["last_rank"] == rank]
+    sort_col = next((c for c in ("blocked_inflicted_ms", "inflicted_ms", "skew_ms") if c in mine), None)
+    if mine.empty or sort_col is None:
+        return ""
+    c = mine.sort_values(sort_col, ascending=False).iloc[0]
+    step = int(c["step"]) if pd.notna(c.get("step")) else None
+    starts = tl.get("step_start_ms") or {}
+    text = f"rank {rank}, step {step}"
+    if step is not None and str(step) in starts and tl.get("origin_us") is not None and "first_arrival_us" in c:
+        t0 = float(starts[str(step)])
+        a = (float(c["first_arrival_us"]) - tl["origin_us"]) / 1e3 - t0
+        b = (float(c["last_arrival_us"]) - tl["origin_us"]) / 1e3 - t0
+        text += (f": {esc(c.get('kind', 'collective'))} at {num(a)}–{num(b)} ms from the start of step {step} "
+                 f"(the others arrive first; rank {rank} arrives {num(b - a)} ms later), on the merged timeline "
+                 f"<code>{esc(Path(tl.get('path', 'timeline.pt.trace.json.gz')).name)}</code>, lane “hpcprof: waits”")
+    elif step is not None:
+        text += f" (not on the merged timeline: rerun <code>python -m hpcprof.analyze {esc(s.get('source', 'RUN_DIR'))} --timeline-steps {step}</code>)"
+    return text
+
+
+def _verdict(s: dict, colls) -> str:
+    step_ms = _step_ms(s)
+    items = []
+    strag = s.get("stragglers") or []
+    slow = s.get("straggler_slowdown")
+    if strag:
+        total = sum(float(x.get("cost_ms_per_step") or 0.0) for x in strag)
+        factor = slow.get("factor") if isinstance(slow, dict) else slow
+        head = f"{num(100 * (float(factor) - 1))}% slower than with every rank at the median, " if isinstance(factor, (int, float)) and factor else ""
+        items.append(f"<li><span class='bad'>Stragglers slow the job down</span>: {head}{num(total)} ms per step lost to "
+                     f"{len(strag)} flagged rank{'s' if len(strag) > 1 else ''}{_pct(total, step_ms)}.</li>")
+        t = strag[0]
+        where = where_to_look(s, colls, int(t["rank"]))
+        items.append(
+            f"<li><b>Top straggler: rank {esc(t['rank'])}</b> on node {esc(t.get('node') or 'unknown')}: costs "
+            f"{num(t.get('cost_ms_per_step'))} ms per step; cause: <b>{esc(t.get('cause'))}</b> ({esc(t.get('cause_detail'))})."
+            + (f"<br><span class='where'>Where to look: {where}.</span>" if where else "") + "</li>")
+    elif len(s.get("ranks_analyzed", [])) > 1:
+        items.append("<li><span class='good'>No straggler</span>: no rank costs the job more than the noise threshold in most steps.</li>")
+        if colls is not None and not colls.empty and "skew_ms" in colls and colls["skew_ms"].max() > 0:
+            r = int(colls.loc[colls["skew_ms"].idxmax(), "last_rank"])
+            where = where_to_look(s, colls.sort_values("skew_ms", ascending=False).head(1), r)
+            if where:
+                items.append(f"<li>Latest arrival in the profiled steps (not a straggler: it does not persist or cost enough): "
+                             f"<span class='where'>Where to look: {where}.</span></li>")
     else:
-        parts.append("<p>No straggler: no rank makes the others wait beyond the noise threshold.</p>")
-    if "stragglers" in plots:
-        parts.append(_img(plots["stragglers"], "straggler chart"))
-    parts.append("<h2>Recommendations</h2><ol>")
-    for r in s.get("recommendations", []):
-        parts.append(f"<li><b>{esc(r['title'])}</b><br>evidence: {esc(r['evidence'])}</li>")
-    parts.append("</ol>")
-    parts.append("<h2>Per rank</h2>" + _table(tables.get("per_rank"), left=("node",)))
-    for key, title in [("idle", "Idle time / time breakdown"), ("step_heatmap", "Step time"), ("overlap", "Communication/computation overlap"), ("kernel_types", "Kernel types")]:
-        if key in plots:
-            parts.append(f"<h2>{esc(title)}</h2>" + _img(plots[key], title))
-    parts.append("<h2>Step statistics (steps/*.jsonl)</h2>" + _table(tables.get("steps_stats")))
-    parts.append("<h2>Kernel breakdown</h2>" + _table(tables.get("kernel_breakdown"), left=("kernel_type",)))
-    parts.append("<h2>Top kernels across ranks</h2>" + _table(tables.get("kernels_across_ranks"), max_rows=25, left=("name", "kernel_type")))
-    parts.append("<h2>Top kernels per rank (HTA)</h2>" + _table(tables.get("kernels_top"), left=("name", "kernel_type")))
-    parts.append("<h2>Idle-time breakdown per stream (HTA)</h2>" + _table(tables.get("idle_breakdown"), left=("idle_category",)))
-    parts.append("<h2>Collectives (cross-rank)</h2>" + _table(tables.get("collectives"), max_rows=40, left=("key", "group", "kind")))
-    parts.append(f"<h2>summary.json</h2><pre>{esc(json.dumps(s, indent=1, default=str)[:20000])}</pre>")
-    parts.append("</body></html>")
-    path = out / REPORT_FILE
-    path.write_text("\n".join(parts), encoding="utf-8")
-    return path
+        items.append("<li>One rank analysed: no cross-rank verdict (stragglers need two ranks or more).</li>")
+    thr = (s.get("throughput") or {}).get("job") or {}
+    if thr.get("median_samples_per_s"):
+        ci = thr.get("ci95_samples_per_s") or [None, None]
+        items.append(f"<li><b>Throughput</b>: {num(thr['median_samples_per_s'])} samples/s (job, median over steady steps"
+                     + (f", 95% interval {num(ci[0])}–{num(ci[1])}" if ci[0] is not None else "") + ")"
+                     + (f"; median step {num(step_ms)} ms" if step_ms else "") + ".</li>")
+    elif step_ms:
+        items.append(f"<li><b>Step time</b>: {num(step_ms)} ms (median over ranks; no samples/s: no step records with a batch size).</li>")
+    recs = (s.get("recommendations") or [])[:3]
+    if recs:
+        items.append("<li><b>Most valuable changes</b>:<ol>" + "".join(f"<li>{esc(r['title'])}</li>" for r in recs) + "</ol></li>")
+    tl = s.get("timeline") or {}
+    if tl.get("path"):
+        items.append(f"<li>Open the merged timeline (all ranks, one clock): <code>{esc(tl['path'])}</code> in "
+                     "<a href='https://ui.perfetto.dev'>ui.perfetto.dev</a> (Open trace file) or chrome://tracing (Load).</li>")
+    return "<section id='verdict' class='verdict'><h2>Verdict</h2><ul>" + "".join(items) + "</ul></section>"
 
 
-def _throughput_html(s: dict) -> str:
-    """The job's samples/s line and one row per rank: median with its 95% interval over steady-state
-    steps, the profiled steps apart, the steps left out, and (GPU runs) the share the GPU was busy."""
-    from .console import throughput_line
-
-    tp = s.get("throughput")
-    head = f"<p>{esc(throughput_line(tp))}</p>"
-    if not tp:
-        return head
-    idle = {r["rank"]: r.get("idle_pct") for r in s.get("per_rank") or []}
+def run_config(manifest: dict | None, s: dict) -> list[tuple[str, str]]:
+    """(label, value) pairs of the run's configuration from the manifest (empty for trace folders)."""
+    m = manifest or {}
+    spec = m.get("spec") or {}
+    model, data, res, prof = (spec.get(k) or {} for k in ("model", "data", "resources", "profiler"))
+    v = m.get("versions") or {}
     rows = []
-    for r in tp["per_rank"]:
-        ci = r.get("ci95_samples_per_s") or [None, None]
-        n = r["steps"]
-        rows.append({"rank": r["rank"], "samples/s (median)": r["median_samples_per_s"], "95% CI low": ci[0], "95% CI high": ci[1],
-                     "samples/s (sum/time)": r["rate_samples_per_s"], "profiled steps samples/s": r["profiled_median_samples_per_s"],
-                     "GPU busy %": (100 - idle[r["rank"]]) if isinstance(idle.get(r["rank"]), (int, float)) else None,
-                     "steady": n["steady"], "warm-up": n["warmup"], "epoch boundary": n["epoch_boundary"],
-                     "profiler warm-up": n["profiler_warmup"], "profiled": n["profiled"]})
-    return head + _table(pd.DataFrame(rows))
+    if model:
+        extra = [x for x, on in (("channels_last", model.get("channels_last")), ("torch.compile", model.get("compile"))) if on]
+        rows.append(("Model", f"{model.get('arch')} ({model.get('image_size')} px images{', ' + ', '.join(extra) if extra else ''})"))
+        rows.append(("AMP", str(model.get("amp", "off"))))
+    if data:
+        rows.append(("Batch", f"{data.get('batch_size')} per rank"))
+        rows.append(("Data", f"{data.get('source')}, {data.get('num_workers', 0)} DataLoader workers, pin_memory {data.get('pin_memory')}"))
+    ranks = m.get("world_size") or s.get("world_size")
+    nodes = m.get("nodes") or []
+    if not nodes:
+        nodes = sorted({str(r.get("node")) for r in s.get("per_rank", []) if r.get("node")})
+    rows.append(("Ranks", f"{ranks} on {len(nodes) or 'unknown'} node(s){' ' + ', '.join(map(str, nodes)) if nodes else ''}; device {s.get('device')}"
+                 + (f"; backend {m['backend']}" if m.get("backend") else "")))
+    if not m:
+        rows.append(("Source", "a folder of traces without a manifest: model, batch and versions are not recorded"))
+    if m.get("executor"):
+        rows.append(("Launch", f"{m.get('executor')} ({m.get('launcher', '')}), job {m.get('job_id', '?')}"))
+    if prof:
+        rows.append(("Profiler", f"wait {prof.get('wait')}, warmup {prof.get('warmup')}, active {prof.get('active')}, repeat {prof.get('repeat')}"))
+    drills = {k: x for k, x in (m.get("drills") or {}).items() if x}
+    if drills:
+        rows.append(("Drills", ", ".join(f"{k} {x}" for k, x in drills.items())))
+    if v:
+        rows.append(("Versions", ", ".join(f"{k} {x}" for k, x in v.items() if x)))
+    return rows
+
+
+def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plots: dict[str, Path],
+                 omitted: dict[str, str] | None = None, manifest: dict | None = None) -> Path:
+    s, omitted = summary, omitted or {}
+    colls = tables.get("collectives")
+    step_ms = _step_ms(s)
+    p = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>hpcprof report: {esc(s.get('run_name'))}</title><style>{CSS}</style></head><body>"]
+    p.append(f"<h1>hpcprof report: {esc(s.get('run_name'))}</h1>")
+    p.append(f"<p class='sub'>{esc(len(s.get('ranks_analyzed', [])))} of {esc(s.get('world_size'))} ranks analysed, device {esc(s.get('device'))}; source <code>{esc(s.get('source'))}</code></p>")
+    p.append(_verdict(s, colls))
+    cfg = run_config(manifest, s)
+    p.append("<section id='config'><h2>Run configuration</h2><dl class='cfg'>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in cfg) + "</dl></section>")
+    recs = s.get("recommendations") or []
+    shown = [(k, t) for k, t in SECTIONS if k != "recommendations" or recs]
+    p.append("<nav class='toc'><h2>Contents</h2><ol>" + "".join(f"<li><a href='#{k}'>{esc(t)}</a></li>" for k, t in shown) + "</ol></nav>")
+
+    def section(key: str, body: str) -> None:
+        title = dict(SECTIONS)[key]
+        p.append(f"<section id='{key}'><h2>{esc(title)}</h2>{body}</section>")
+
+    # stragglers
+    strag = s.get("stragglers") or []
+    body = ""
+    if strag:
+        body += "<ul>" + "".join(
+            f"<li>rank {esc(x['rank'])} (node {esc(x.get('node') or 'unknown')}): costs {num(x.get('cost_ms_per_step'))} ms per step{_pct(x.get('cost_ms_per_step'), step_ms)}, "
+            f"cause {esc(x.get('cause'))}." + (f" Where to look: {w}." if (w := where_to_look(s, colls, int(x['rank']))) else "") + "</li>" for x in strag) + "</ul>"
+        body += table(pd.DataFrame(strag), columns=["rank", "node", "cost_ms_per_step", "cost_ms_per_step_median", "blocked_wait_ms_per_step", "cause", "confidence", "late_in_steps_share"])
+    else:
+        body += "<p>No straggler: no rank makes the others wait beyond the noise threshold.</p>"
+    body += _chart("stragglers", "Straggler cost and waiting per rank and step", plots, omitted)
+    section("stragglers", body)
+    # throughput and step time
+    body = ""
+    thr = s.get("throughput") or {}
+    if thr.get("per_rank"):
+        rows = [{"rank": r["rank"], "median_samples_per_s": r.get("median_samples_per_s"), "median_step_ms": r.get("median_step_ms"),
+                 "steady_steps": (r.get("steps") or {}).get("steady"), "profiled_median_samples_per_s": r.get("profiled_median_samples_per_s")} for r in thr["per_rank"]]
+        body += table(pd.DataFrame(rows))
+    body += _chart("step_heatmap", "Step time per rank and step", plots, omitted)
+    body += table(tables.get("steps_stats"), note="tables/steps_stats.csv", empty="")
+    section("throughput", body)
+    if recs:
+        section("recommendations", "<ol>" + "".join(f"<li><b>{esc(r['title'])}</b><br>evidence: {esc(r.get('evidence'))}</li>" for r in recs) + "</ol>")
+    # timeline and clocks
+    tl, ca = s.get("timeline") or {}, s.get("clock_alignment") or {}
+    body = ""
+    if tl.get("path"):
+        dropped = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in (tl.get("dropped") or {}).items()) or "nothing"
+        body += (f"<p><code>{esc(tl['path'])}</code>: steps {esc(', '.join(map(str, tl.get('steps', []))))}, {num(tl.get('events'))} events "
+                 f"(budget {num(tl.get('max_events'))}; dropped: {esc(dropped)}). {esc(tl.get('open', ''))}. Time 0 is the start of the first of these steps; "
+                 "step starts on the timeline: " + esc(", ".join(f"step {k} at {num(v)} ms" for k, v in (tl.get("step_start_ms") or {}).items())) + ".</p>")
+    elif tl.get("error"):
+        body += f"<p class='warn'>No merged timeline: {esc(tl['error'])}</p>"
+    if ca.get("hosts"):
+        body += f"<p>{esc(ca.get('method'))}; reference host {esc(ca.get('reference_host'))}.</p>"
+        body += table(pd.DataFrame(ca["hosts"]).rename(columns={"offset_ms": "clock_offset_ms", "collectives": "collectives_used"}))
+    section("timeline", body or "<p class='none'>(no merged timeline)</p>")
+    section("per-rank", table(tables.get("per_rank"), columns=[c for c in (tables.get("per_rank") if tables.get("per_rank") is not None else pd.DataFrame()).columns if not c.endswith("_us")])
+            + _chart("idle", "Time breakdown per rank", plots, omitted))
+    if s.get("device") == "cuda":
+        body = _chart("overlap", "Communication/computation overlap", plots, omitted) + _chart("kernel_types", "Kernel types", plots, omitted)
+        for key, title, rows in (("kernel_breakdown", "Kernel breakdown", 40), ("kernels_across_ranks", "Top kernels across ranks", 25), ("idle_breakdown", "Idle time per stream (HTA)", 40)):
+            body += f"<h3>{esc(title)}</h3>" + table(tables.get(key), max_rows=rows, note=f"tables/{key}.csv")
+    else:
+        body = "<p class='omitted'>CPU-only run: no GPU kernels, so no GPU time breakdown, overlap or kernel tables.</p>"
+    section("gpu", body)
+    ops = tables.get("operators")
+    body = _chart("operators", "Top operators", plots, omitted)
+    if ops is not None and not ops.empty:
+        cols = ["name", "calls", "host_total_us", "host_self_us"] + (["device_total_us", "device_self_us"] if ops["device_total_us"].sum() > 0 else [])
+        agg = ops.groupby("name")[cols[1:]].sum().assign(ranks=ops.groupby("name")["rank"].nunique()).reset_index()
+        key = "device_self_us" if "device_self_us" in cols else "host_self_us"
+        body += f"<h3>All ranks, by {'device' if key.startswith('device') else 'host'} self time</h3>" + table(agg.sort_values(key, ascending=False), max_rows=20, note="tables/operators.csv (per rank)", columns=cols + ["ranks"])
+        per = ops.sort_values(["rank", key], ascending=[True, False]).groupby("rank").head(3)
+        body += "<h3>Per rank, top 3</h3>" + table(per, max_rows=3 * 64, columns=["rank"] + cols)
+    elif "operators" not in omitted:
+        body += "<p class='none'>(no operators)</p>"
+    section("operators", body)
+    ls = tables.get("launch_summary")
+    body = _chart("launches", "Kernel launches", plots, omitted)
+    if ls is not None and not ls.empty:
+        body += ("<p>HTA's kernel-launch statistics: per launched GPU event, the launch call's CPU time, the GPU time and the "
+                 "launch delay (GPU start - call end). Many kernels shorter than their launch call, or long delays, mean the GPU waits for the CPU.</p>")
+        body += table(ls, columns=["rank", "launches", "short_kernel_share", "cpu_launch_median_us", "gpu_median_us", "launch_delay_median_us", "launch_delay_p95_us", "runtime_outliers", "launch_delay_outliers"])
+    section("launches", body)
+    c = colls
+    if c is not None and not c.empty:
+        c = c.copy()
+        origin = tl.get("origin_us")
+        if origin is None and "first_arrival_us" in c:
+            origin = float(c["first_arrival_us"].min())
+        for col in ("first_arrival_us", "last_arrival_us", "end_us"):
+            if col in c:
+                c[col.replace("_us", "_ms")] = (c[col] - origin) / 1e3
+                c = c.drop(columns=col)
+    section("collectives", "<p>Times in ms from the start of the merged timeline (the first chosen step), on the job's clock.</p>" + table(c, note="tables/collectives.csv"))
+    warns = group_warnings(s.get("warnings") or [])
+    section("warnings", "<ul>" + "".join(f"<li class='warn'>{esc(w)}</li>" for w in warns) + "</ul>" if warns else "<p class='none'>(none)</p>")
+    section("raw", f"<details><summary>summary.json ({len(json.dumps(s, default=str)):,} characters)</summary><pre>{esc(json.dumps(s, indent=1, default=str))}</pre></details>")
+    p.append("</body></html>")
+    path = Path(out) / REPORT_FILE
+    tmp = path.with_name(f".{REPORT_FILE}.tmp")
+    tmp.write_text("\n".join(p), encoding="utf-8")
+    tmp.replace(path)
+    return path

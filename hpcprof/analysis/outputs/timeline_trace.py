@@ -240,7 +240,7 @@ def write_timeline(
             device = "GPU " + ",".join(map(str, gpu_ids))
         elif gpu_ids:
             device = f"{device} (GPU {','.join(map(str, gpu_ids))})"
-        out.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": f"rank {r} · {s.node or '?'} · {device}"}})
+        out.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": f"rank {r} · {s.node or 'unknown'} · {device}"}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0, "args": {"sort_index": r}})
         threads: dict = {}
         found = f[["gpu", "pid", "tid"]].drop_duplicates()
@@ -335,3 +335,35 @@ def write_timeline(
         fh.write(msgspec.json.encode(doc, enc_hook=_plain))
     tmp.replace(path)
     return info
+
+
+def merged_timeline(out_dir: Path, keep: dict, nodes: dict, matching, warnings: list[str],
+                    steps: list[int] | None = None, max_events: int | None = None) -> tuple[ClockAlignment, dict]:
+    """The merged timeline, on the clock the straggler analysis used. `keep`: rank -> RankResult;
+    `matching`: the what-if replay's matched collectives (reduce/whatif.Matching: `df` with rank,
+    key, step, kind, arrival_us, and `clocks` from reduce/clocks.py), or None (one rank, no
+    collectives: one host's clock, offset 0). A timeline that cannot be written is a warning (and
+    `error` in the returned dict), never a failed analysis. The clock's warnings are appended to
+    `warnings`."""
+    from ..reduce.clocks import estimate_clocks
+
+    hosts = {r: nodes.get(r) for r in keep}
+    if matching is not None and getattr(matching, "clocks", None) is not None:
+        clocks, matched = matching.clocks, matching.df
+    else:
+        clocks, matched = estimate_clocks(pd.DataFrame(columns=["rank", "key", "end_us"]), hosts), pd.DataFrame()
+    warnings.extend(clocks.warnings())
+    sources = []
+    for r, v in sorted(keep.items()):
+        m = v.meta
+        sources.append(RankSource(r, v.path, nodes.get(r), (m.get("device_name") or m.get("device")) if m.get("device") in ("cuda", "accelerator") else "cpu"))
+    try:
+        info = write_timeline(out_dir, sources, clocks, steps, matched if len(matched) else None,
+                              max_events=max_events or DEFAULT_MAX_EVENTS)
+    except TimelineError as exc:
+        warnings.append(f"no merged timeline: {exc}")
+        info = {"error": str(exc)}
+    except Exception as exc:  # a trace that changed since the map, a full disk: the rest still stands
+        warnings.append(f"no merged timeline: {type(exc).__name__}: {exc}")
+        info = {"error": f"{type(exc).__name__}: {exc}"}
+    return clocks, info

@@ -19,6 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from .operators import launch_stats
+
 # HTA's default for get_idle_time_breakdown (nanoseconds in its doc, trace units in practice).
 CONSECUTIVE_KERNEL_DELAY = 30
 TOP_KERNELS = 10
@@ -60,6 +62,7 @@ def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | None = None, 
     out: dict[str, Any] = {"loader": loader}
     out.update(classified_analyses(t, rank, gpu) if loader == "fast" else hta_analyses(t, rank))
     out["kernels_all"] = _all_kernels(gpu, rank)
+    out["launch_stats"] = launch_stats(t, rank)  # HTA's own kernel-launch statistics (ranks/operators.py)
     return out
 
 

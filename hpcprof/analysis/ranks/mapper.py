@@ -22,10 +22,11 @@ import pandas as pd
 from .. import cache
 from ..decode.events import event_table
 from ..decode.load import TraceError, file_digest, read_trace, trace_meta
+from .operators import operator_table
 from .result import RankResult
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
 
-TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all")
+TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all", "operators", "launch_stats")
 
 
 def analyze_rank(
@@ -96,6 +97,7 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
     meta_keys, skipped = decoded.meta, decoded.skipped
     del decoded
     tl = build_timeline(table)
+    operator_table(table).to_parquet(out / "operators.parquet", index=False)
     warnings = list(tm.warnings)
     name = trace_path.name
     if skipped:
@@ -128,7 +130,7 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
             gpu["overlap_pct"] = h["overlap_pct"]
             if h["overlap_pct"] is None:
                 warnings.append(f"{name} (rank {tm.rank}): no communication kernels, so comm/comp overlap is null")
-            for key in ("idle", "kernel_type", "kernels_top", "kernels_all"):
+            for key in ("idle", "kernel_type", "kernels_top", "kernels_all", "launch_stats"):
                 df = h[key].copy()
                 df["rank"] = tm.rank
                 df.to_parquet(out / f"{key}.parquet", index=False)

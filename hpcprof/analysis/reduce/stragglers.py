@@ -5,7 +5,8 @@ Definitions (also in README.md, "Numbers and definitions"):
   CPU/gloo: the start of `gloo:<op>` on the gloo thread, i.e. when r was ready to exchange data).
 - clock alignment: ranks on one host share a clock (offset 0). Across hosts, a collective ends on all
   ranks at nearly the same instant (nobody leaves before the last one arrived and the data moved),
-  so the offset of rank r is the median over matched collectives of (end_r - median end over ranks).
+  so each host's offset is estimated from the end times (reduce/clocks.py, the one estimator: per
+  host, the median difference to the reference host, with an uncertainty).
 - wait of rank r at collective c: [arrival_r, last arrival]. The last arriver is what the others
   wait for. Only BLOCKED waiting counts: the part of that interval where r did no useful work
   (GPU rank: no compute/memcpy kernel running; CPU rank: no operator running on its main thread).
@@ -55,6 +56,7 @@ import pandas as pd
 
 from ..ranks.timeline import CATEGORIES, Intervals
 from .capacity import capacity_cost
+from .clocks import estimate_clocks
 
 NOISE_FLOOR_MS = 1.0
 REL_THRESHOLD = 0.05
@@ -74,19 +76,10 @@ CAUSE_TEXT = {
 
 
 def clock_offsets(colls: pd.DataFrame, hosts: dict[int, str | None]) -> dict[int, float]:
-    ranks = sorted(colls["rank"].unique()) if len(colls) else []
-    if len({hosts.get(r) for r in ranks}) <= 1:
-        return {int(r): 0.0 for r in ranks}
-    piv = colls.pivot_table(index="key", columns="rank", values="end_us", aggfunc="first").dropna()
-    if piv.empty:
-        return {int(r): 0.0 for r in ranks}
-    med = piv.median(axis=1)
-    off = piv.sub(med, axis=0).median(axis=0)
-    # ranks on the same host share a clock: use one offset per host
-    by_host: dict = {}
-    for r in ranks:
-        by_host.setdefault(hosts.get(r), []).append(float(off.get(r, 0.0)))
-    return {int(r): float(np.median(by_host[hosts.get(r)])) for r in ranks}
+    """Rank -> clock offset (us) from the one clock estimator (reduce/clocks.py), which the merged
+    timeline and the what-if replay use too."""
+    ranks = sorted(int(r) for r in colls["rank"].unique()) if len(colls) else []
+    return {r: v for r, v in estimate_clocks(colls, {r: hosts.get(r) for r in ranks}).rank_offsets().items() if r in ranks}
 
 
 def match(colls: pd.DataFrame) -> pd.DataFrame:

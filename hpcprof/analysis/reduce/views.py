@@ -1,0 +1,81 @@
+"""Operator and kernel-launch views across ranks: the per-rank tables of the map
+(ranks/operators.py) gathered, and the launch statistics summarised per rank, with the
+recommendation when the GPU waits on launches.
+
+Why a recommendation here and not in recommend.py: it reads only these tables, and its rule is
+stated next to the numbers it uses:
+- the GPU waits on launches on a rank when more than SHORT_SHARE of its GPU events are shorter than
+  the launch call that started them (the CPU cannot issue work as fast as the GPU finishes it) and
+  HTA's idle-time breakdown puts at least HOST_WAIT_PCT of that rank's GPU time in `host_wait`
+  (the GPU idle because the host had not launched the next kernel);
+- its score is the host-wait share of GPU time, like the other recommendations' scores (the share of
+  the step a fix could win).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..ranks.operators import launch_summary
+
+SHORT_SHARE = 0.5
+HOST_WAIT_PCT = 10.0
+
+
+def gather(tables: dict[int, str | None]) -> pd.DataFrame:
+    """Rank -> parquet path (or None) into one frame with a `rank` column."""
+    frames = []
+    for r, p in sorted(tables.items()):
+        if p:
+            df = pd.read_parquet(p)
+            if not df.empty:
+                frames.append(df.assign(rank=r))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def launch_table(launches: pd.DataFrame) -> pd.DataFrame:
+    """One row per rank: launch_summary of its launches (empty without launches)."""
+    if launches.empty:
+        return pd.DataFrame()
+    return pd.DataFrame([{"rank": int(r), **launch_summary(g)} for r, g in launches.groupby("rank")])
+
+
+def launch_recommendation(summary: pd.DataFrame, idle: pd.DataFrame, per_rank: pd.DataFrame) -> dict | None:
+    """The 'GPU waits on kernel launches' recommendation, or None (see the module docstring)."""
+    if summary.empty or idle is None or idle.empty or "idle_category" not in idle:
+        return None
+    # per rank, the stream that waited longest for the host (streams overlap in time: no sum)
+    host_wait = idle[idle["idle_category"] == "host_wait"].groupby("rank")["idle_time"].max()
+    span = per_rank.set_index("rank")["kernel_time_us"] if "kernel_time_us" in per_rank else pd.Series(dtype=float)
+    hits = []
+    for row in summary.itertuples(index=False):
+        k = float(span.get(row.rank, 0.0) or 0.0)
+        hw = 100 * float(host_wait.get(row.rank, 0.0)) / k if k else 0.0
+        if row.short_kernel_share > SHORT_SHARE and hw >= HOST_WAIT_PCT:
+            hits.append((hw, row))
+    if not hits:
+        return None
+    hw, worst = max(hits, key=lambda x: x[0])
+    return {
+        "title": "The GPU waits on kernel launches: launch fewer, larger kernels (larger batch, fused ops, CUDA graphs or "
+                 "torch.compile(mode='reduce-overhead'))",
+        "evidence": (f"on {len(hits)} rank(s) most GPU events are shorter than their launch call; rank {worst.rank}: "
+                     f"{100 * worst.short_kernel_share:.0f}% of {worst.launches:,} launches, launch call median "
+                     f"{worst.cpu_launch_median_us:.1f} µs vs GPU median {worst.gpu_median_us:.1f} µs, GPU idle waiting "
+                     f"for the host {hw:.1f}% of its GPU time (HTA kernel-launch statistics and idle-time breakdown)"),
+        "score": hw / 100,
+    }
+
+
+def rank_views(keep: dict, idle: pd.DataFrame, per_rank: pd.DataFrame, recommendations: list[dict]) -> dict[str, pd.DataFrame]:
+    """The tables `operators`, `kernel_launches` and `launch_summary` of the selected ranks
+    (`keep`: rank -> RankResult); the launch recommendation, when it applies, is added to
+    `recommendations` in score order."""
+    ops = gather({r: v.tables.get("operators") for r, v in keep.items()})
+    launches = gather({r: v.tables.get("launch_stats") for r, v in keep.items()})
+    summary = launch_table(launches)
+    rec = launch_recommendation(summary, idle, per_rank)
+    if rec is not None:
+        recommendations.append(rec)
+        recommendations.sort(key=lambda r: -float(r.get("score") or 0.0))
+    return {"operators": ops, "kernel_launches": launches, "launch_summary": summary}

@@ -1,0 +1,64 @@
+"""Operator and kernel-launch views against their sources: the launch statistics equal HTA's own
+`TraceAnalysis.get_cuda_kernel_launch_stats` on the shared GPU traces; operator calls and host
+times equal the sums over the raw trace events."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections import defaultdict
+
+import pandas as pd
+import pytest
+
+from hpcprof.analysis import analyze
+
+from .conftest import DLRM, SAMPLED, load_trace, require
+
+GPU_SETS = [DLRM, SAMPLED]
+
+
+@pytest.mark.parametrize("folder", GPU_SETS, ids=lambda p: p.name)
+def test_launch_stats_equal_hta(folder, tmp_path):
+    from hta.trace_analysis import TraceAnalysis
+
+    s = analyze(require(folder), out=tmp_path / "an", progress=False)
+    ours = pd.read_parquet(tmp_path / "an" / "tables" / "kernel_launches.parquet")
+    with contextlib.redirect_stdout(io.StringIO()):
+        ta = TraceAnalysis(trace_dir=str(folder))
+        theirs = ta.get_cuda_kernel_launch_stats(ranks=s["ranks_analyzed"], visualize=False)
+    cols = ["correlation", "cpu_duration", "gpu_duration", "launch_delay"]
+    for r in s["ranks_analyzed"]:
+        a = ours[ours["rank"] == r][cols].sort_values("correlation", ignore_index=True)
+        b = theirs[r][cols].sort_values("correlation", ignore_index=True)
+        assert len(a) > 0
+        pd.testing.assert_frame_equal(a, b, check_dtype=False)
+    summ = pd.read_csv(tmp_path / "an" / "tables" / "launch_summary.csv").set_index("rank")
+    for r in s["ranks_analyzed"]:
+        b = theirs[r]
+        assert summ.loc[r, "launches"] == len(b)
+        assert summ.loc[r, "short_kernel_share"] == pytest.approx((b["gpu_duration"] < b["cpu_duration"]).mean())
+        assert summ.loc[r, "launch_delay_median_us"] == pytest.approx(b["launch_delay"].median())
+
+
+def test_operator_calls_and_host_time_equal_the_raw_events(tmp_path):
+    s = analyze(require(DLRM), out=tmp_path / "an", progress=False)
+    ops = pd.read_csv(tmp_path / "an" / "tables" / "operators.csv")
+    assert set(ops["rank"]) == set(s["ranks_analyzed"])
+    for p in sorted(DLRM.iterdir()):
+        doc = load_trace(p)
+        r = doc["distributedInfo"]["rank"]
+        calls, total = defaultdict(int), defaultdict(float)
+        for e in doc["traceEvents"]:
+            if e.get("ph") == "X" and e.get("cat") == "cpu_op":
+                calls[e["name"]] += 1
+                total[e["name"]] += e["dur"]
+        mine = ops[ops["rank"] == r].set_index("name")
+        assert len(mine) >= 20
+        for name, row in mine.iterrows():
+            assert row["calls"] == calls[name] and row["host_total_us"] == pytest.approx(total[name]), name
+            assert 0 <= row["host_self_us"] <= row["host_total_us"] + 1e-6
+            assert 0 <= row["device_self_us"] <= row["device_total_us"] + 1e-6
+        # the operators that launch the most GPU time: on this communication-bound job, the NCCL ops
+        top = mine["device_self_us"].idxmax()
+        assert top in ("record_param_comms", "nccl:all_reduce", "nccl:all_to_all") or "nccl" in top.lower() or "comm" in top.lower(), top

@@ -1,0 +1,154 @@
+"""The merged timeline (analysis/timeline.pt.trace.json.gz) and the one clock it is drawn on.
+
+Known answers: the kernels of the chosen step, counted straight from the raw traces; a clock skew
+applied to the real DLRM traces of one "host" (hpcprof.rank.clock_skew, the drill's own code), which
+the clock estimator must recover within its reported uncertainty and within 0.1 ms, leaving the
+straggler verdict unchanged.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hpcprof.analysis import analyze
+from hpcprof.rank.clock_skew import skew_trace_file
+
+from .conftest import DLRM, load_trace, require, write_trace
+
+NAME_RE = re.compile(r"^rank (\d+) · (.+) · (.+)$")
+SKEW_MS = 3.7
+
+
+def read_timeline(out: Path) -> dict:
+    with gzip.open(out / "timeline.pt.trace.json.gz", "rt", encoding="utf-8") as fh:
+        return json.load(fh)  # valid JSON, or this raises
+
+
+def processes(doc: dict) -> dict[int, str]:
+    return {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"}
+
+
+def step_kernels(doc: dict, step: int) -> Counter:
+    """Kernels of ProfilerStep#<step> in a raw trace: launched in the step (runtime call inside it,
+    matched by correlation id) or, without a launch record, starting inside it."""
+    ev = doc["traceEvents"]
+    st = next(e for e in ev if e.get("name") == f"ProfilerStep#{step}" and e.get("ph") == "X")
+    lo, hi = st["ts"], st["ts"] + st["dur"]
+    launched = {e["args"]["correlation"] for e in ev if e.get("cat") == "cuda_runtime" and lo <= e["ts"] < hi and "correlation" in e.get("args", {})}
+    return Counter(e["name"] for e in ev if e.get("cat") == "kernel" and (e.get("args", {}).get("correlation") in launched or lo <= e["ts"] < hi))
+
+
+@pytest.fixture(scope="module")
+def dlrm_two_hosts(tmp_path_factory) -> dict[str, Path]:
+    """The DLRM traces with ranks 0-3 on host n1 and 4-7 on n2, once as recorded and once with
+    n2's clock ahead by SKEW_MS."""
+    src = require(DLRM)
+    out = {}
+    for name, skew in (("plain", 0.0), ("skewed", SKEW_MS)):
+        d = tmp_path_factory.mktemp(name)
+        for p in sorted(src.iterdir()):
+            doc = load_trace(p)
+            rank = doc["distributedInfo"]["rank"]
+            doc["host_name"] = "n1" if rank < 4 else "n2"
+            target = write_trace(d / p.name, doc)
+            if skew and rank >= 4:
+                skew_trace_file(target, skew)
+        out[name] = d
+    return out
+
+
+def test_dlrm_timeline_one_process_per_rank_every_kernel_of_the_step(tmp_path):
+    out = tmp_path / "an"
+    s = analyze(require(DLRM), out=out, progress=False, timeline_steps=[10])
+    doc = read_timeline(out)
+    names = processes(doc)
+    assert sorted(names) == list(range(8))
+    for r, n in names.items():
+        m = NAME_RE.match(n)
+        assert m and int(m.group(1)) == r, n
+        assert "V100" in m.group(3)
+    assert s["timeline"]["steps"] == [10]
+    assert s["timeline"]["dropped"] == {}
+    for p in sorted(DLRM.iterdir()):
+        raw = load_trace(p)
+        r = raw["distributedInfo"]["rank"]
+        want = step_kernels(raw, 10)
+        got = Counter(e["name"] for e in doc["traceEvents"] if e.get("pid") == r and e.get("cat") == "kernel")
+        assert got == want, f"rank {r}: kernels differ"
+        assert sum(want.values()) > 200
+    # GPU streams and CPU threads are threads of the rank's process, each named
+    threads = [e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "thread_name" and e["pid"] == 0]
+    assert any(t.startswith("main thread") for t in threads) and any(re.match(r"GPU \d+ stream \d+", t) for t in threads)
+    # the latest arrival of the job (the collectives table's largest skew) is annotated, with the waits it caused
+    colls = pd.read_csv(out / "tables" / "collectives.csv")
+    late = colls.loc[colls["skew_ms"].idxmax()]
+    top = int(late["last_rank"])
+    assert late["skew_ms"] > 1.0
+    assert any(e.get("cat") == "hpcprof" and e["pid"] == top and e["name"].startswith(f"late arrival: rank {top}")
+               and abs(e["dur"] / 1e3 - late["skew_ms"]) < 0.01 for e in doc["traceEvents"])
+    assert any(e.get("cat") == "hpcprof" and e["name"].startswith(f"waiting for rank {top}") for e in doc["traceEvents"])
+    assert s["clock_alignment"]["hosts"] and doc["hpcprof"]["clock_alignment"] == s["clock_alignment"]
+
+
+def test_clock_skew_is_recovered_and_leaves_the_verdict(dlrm_two_hosts, tmp_path):
+    plain = analyze(dlrm_two_hosts["plain"], out=tmp_path / "plain", progress=False)
+    skewed = analyze(dlrm_two_hosts["skewed"], out=tmp_path / "skewed", progress=False)
+    hosts = {h["host"]: h for h in skewed["clock_alignment"]["hosts"]}
+    base = {h["host"]: h for h in plain["clock_alignment"]["hosts"]}
+    assert skewed["clock_alignment"]["reference_host"] == "n1"
+    n2 = hosts["n2"]
+    # the recovered skew is the offset change the drill caused (the recorded job had its own tiny one)
+    recovered = n2["offset_ms"] - base["n2"]["offset_ms"]
+    assert abs(recovered - SKEW_MS) <= n2["uncertainty_ms"], (recovered, n2)
+    assert abs(n2["offset_ms"] - SKEW_MS) < 0.1 and n2["uncertainty_ms"] < 0.1
+    assert not n2["suspect"]
+    # same verdict: same flagged ranks, same costs (the skew is removed before anything is measured)
+    assert [s["rank"] for s in skewed["stragglers"]] == [s["rank"] for s in plain["stragglers"]]
+    for a, b in zip(skewed["stragglers"], plain["stragglers"]):
+        assert a["cost_ms_per_step"] == pytest.approx(b["cost_ms_per_step"], abs=0.05)
+    # on the merged timeline the skewed ranks sit where they sat without the skew
+    ta, tb = read_timeline(tmp_path / "skewed"), read_timeline(tmp_path / "plain")
+    first = lambda doc, r: min(e["ts"] for e in doc["traceEvents"] if e.get("pid") == r and e.get("cat") == "kernel")  # noqa: E731
+    for r in (0, 5):
+        assert abs(first(ta, r) - first(tb, r)) <= 1e3 * n2["uncertainty_ms"] + 1.0
+
+
+def test_size_budget_drops_low_value_events_first_and_says_so(tmp_path):
+    s = analyze(require(DLRM), out=tmp_path / "an", progress=False, timeline_max_events=6000)
+    tl = s["timeline"]
+    assert tl["dropped"], "nothing dropped under a 6000-event budget"
+    assert list(tl["dropped"])[0] == "launch_flows"  # the lowest value goes first
+    doc = read_timeline(tmp_path / "an")
+    assert doc["hpcprof"]["dropped"] == tl["dropped"]
+    kernels = sum(1 for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    assert kernels == sum(sum(step_kernels(load_trace(p), 10).values()) for p in DLRM.iterdir())
+    assert tl["events"] <= 6000
+
+
+def test_unknown_timeline_step_names_the_profiled_steps(tmp_path):
+    s = analyze(require(DLRM), out=tmp_path / "an", progress=False, timeline_steps=[999])
+    assert "error" in s["timeline"] and "profiled steps: [10]" in s["timeline"]["error"]
+    assert any("timeline" in w and "999" in w for w in s["warnings"])
+    assert (tmp_path / "an" / "report.html").is_file()
+
+
+def test_cpu_run_timeline(cpu_run, tmp_path):
+    s = analyze(cpu_run, out=tmp_path / "an", workers=2, progress=False)
+    doc = read_timeline(tmp_path / "an")
+    names = processes(doc)
+    assert sorted(names) == [0, 1, 2, 3]
+    assert all(NAME_RE.match(n) and n.endswith("· cpu") for n in names.values())
+    prof = sorted({int(x) for x in s["timeline"]["steps"]})
+    steps = {int(e["name"].split("#")[1]) for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
+    assert steps == set(prof) and len(prof) == 10
+    assert any(e.get("name", "").startswith("gloo:") for e in doc["traceEvents"])
+    # one clock: on one host the offset is exactly 0
+    assert [h["offset_ms"] for h in s["clock_alignment"]["hosts"]] == [0.0]
