@@ -66,3 +66,13 @@ def test_idle_time_breakdown_equals_hta(both):
         b = ours[ours["rank"] == rank].sort_values(["stream", "idle_category"]).reset_index(drop=True)
         assert list(a["idle_category"]) == list(b["idle_category"])
         assert list(a["idle_time"]) == pytest.approx(list(b["idle_time"]))
+
+
+def test_device_and_device_name(both):
+    _, summary, _ = both
+    assert summary["device"] == "cuda"
+    # the DLRM traces record their GPU in deviceProperties; the sampled ones record none
+    assert summary["device_name"] == ("Tesla V100-SXM2-32GB" if summary["world_size"] == 8 else None)
+
+
+# Every folder of HTA's own test traces: tests/analysis/test_hta_tests_folders.py (same checks, parametrised).

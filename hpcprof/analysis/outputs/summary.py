@@ -48,12 +48,13 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "world_size": int(world_size) if world_size else len(red.metas),
         "ranks_analyzed": sorted(red.metas),
         "device": red.device,
+        "device_name": ", ".join(sorted({str(m["device_name"]) for m in red.metas.values() if m.get("device_name")})) or None,
         "warnings": warnings,
         "per_rank": [{k: row[k] for k in PER_RANK_FIELDS} for row in red.per_rank.to_dict("records")],
         "kernel_breakdown": [
             {"kernel_type": k, "time_us": float(t), "pct": float(p)} for k, t, p in zip(kb["kernel_type"], kb["sum"], kb["percentage"])
         ]
-        if red.device == "cuda"
+        if red.device != "cpu"
         else None,
         "stragglers": red.stragglers,
         "recommendations": [{"title": r["title"], "evidence": r["evidence"], "score": r["score"]} for r in red.recommendations],

@@ -17,7 +17,7 @@ def node_capacity(manifest: dict, device: str) -> dict:
     """Per node, how many ranks can run at once: one per GPU on GPU runs (left empty: the default);
     on CPU runs min(ranks, cores / threads per rank) from the manifest (node_cpus, cpu_threads).
     Nodes without that information are taken as one runner per rank."""
-    if device == "cuda":
+    if device != "cpu":
         return {}
     per_node: dict = {}
     for e in manifest.get("ranks", []) or []:

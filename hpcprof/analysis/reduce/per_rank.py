@@ -18,8 +18,10 @@ def node_names(manifest: dict, metas: dict[int, dict]) -> dict[int, str | None]:
 
 
 def job_device(metas: dict[int, dict]) -> str:
-    """"cuda" when any rank ran GPU kernels, else "cpu"."""
-    return "cuda" if any(m["device"] == "cuda" for m in metas.values()) else "cpu"
+    """"cuda" when any rank ran CUDA/ROCm kernels, "accelerator" when a rank shows other device-stream
+    activity (MTIA...; ranks.timeline.RankTimeline.device_kind), else "cpu"."""
+    kinds = {m.get("device") for m in metas.values()}
+    return "cuda" if "cuda" in kinds else "accelerator" if "accelerator" in kinds else "cpu"
 
 
 def per_rank_table(metas: dict[int, dict], nodes: dict, steps_trace: pd.DataFrame, step_stats: pd.DataFrame) -> pd.DataFrame:
