@@ -28,9 +28,9 @@ from ..rundir import RunDir
 from .decode.load import file_digest
 from .outputs.layout import AnalysisDir
 
-ANALYSIS_VERSION = 6
+ANALYSIS_VERSION = 7
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
-REDUCE_VERSION = 4
+REDUCE_VERSION = 5
 META = "meta.json"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def console_summary(summary: dict) -> str:
     lines = []
-    lines.append(f"hpcprof analysis of {summary['source']}: {len(summary['ranks_analyzed'])}/{summary['world_size']} ranks, device {summary['device']}{' (' + summary['device_name'] + ')' if summary.get('device_name') else ''}")
+    lines.append(f"hpcprof analysis of {summary['source']}: {len(summary['ranks_analyzed'])}/{summary['world_size']} ranks, device {summary['device']}")
     hdr = f"{'rank':>4}  {'node':<14} {'step ms':>9} {'idle %':>7} {'comp %':>7} {'overlap %':>9}"
     lines.append(hdr)
 
@@ -14,7 +14,7 @@ def console_summary(summary: dict) -> str:
         return f"{v:>{w}.{d}f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>{w}}"
 
     for r in summary["per_rank"]:
-        lines.append(f"{r['rank']:>4}  {str(r['node'] or 'unknown')[:14]:<14} {f(r['step_time_ms'], 9)} {f(r['idle_pct'], 7)} {f(r['compute_pct'], 7)} {f(r['comm_comp_overlap_pct'], 9)}")
+        lines.append(f"{r['rank']:>4}  {str(r['node'] or '?')[:14]:<14} {f(r['step_time_ms'], 9)} {f(r['idle_pct'], 7)} {f(r['compute_pct'], 7)} {f(r['comm_comp_overlap_pct'], 9)}")
     line = throughput_line(summary.get("throughput"))
     idle = [r["idle_pct"] for r in summary["per_rank"] if isinstance(r.get("idle_pct"), (int, float))]
     if idle and summary["device"] == "cuda":  # as the tutorials show it: utilisation next to throughput
@@ -22,7 +22,9 @@ def console_summary(summary: dict) -> str:
     lines.append(line)
     if summary["stragglers"]:
         s = summary["stragglers"][0]
-        lines.append(f"top straggler: rank {s['rank']} (node {s['node']}): costs {s['cost_ms_per_step']:.1f} ms/step (others blocked {s.get('blocked_wait_ms_per_step', s['cost_ms_per_step']):.1f} ms); cause {s['cause']}; confidence {s['confidence']}")
+        lines.append(f"top straggler: rank {s['rank']} (node {s.get('node') or 'unknown'}): costs {s['cost_ms_per_step']:.1f} ms/step "
+                     f"(what-if replay; above {s['threshold_ms']:.1f} ms in {s['steps_flagged']} of {s['steps']} profiled steps); "
+                     f"cause {s['cause']}; job straggler slowdown x{summary.get('straggler_slowdown') or 1:.3f}")
     else:
         lines.append("stragglers: none")
     if summary["recommendations"]:

@@ -18,7 +18,7 @@ from ..reduce.crossrank import Reduced
 from .layout import AnalysisDir
 
 PER_RANK_FIELDS = ("rank", "node", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_comp_overlap_pct",
-                   "trace_step_time_ms", "host_data_loading_pct", "host_gap_pct", "file")
+                   "trace_step_time_ms", "host_data_loading_pct", "host_gap_pct", "whatif_cost_ms_per_step", "file")
 """The per_rank table's columns that summary.json repeats (the table has more)."""
 
 
@@ -48,15 +48,15 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "world_size": int(world_size) if world_size else len(red.metas),
         "ranks_analyzed": sorted(red.metas),
         "device": red.device,
-        "device_name": ", ".join(sorted({str(m["device_name"]) for m in red.metas.values() if m.get("device_name")})) or None,
         "warnings": warnings,
         "per_rank": [{k: row[k] for k in PER_RANK_FIELDS} for row in red.per_rank.to_dict("records")],
         "kernel_breakdown": [
             {"kernel_type": k, "time_us": float(t), "pct": float(p)} for k, t, p in zip(kb["kernel_type"], kb["sum"], kb["percentage"])
         ]
-        if red.device != "cpu"
+        if red.device == "cuda"
         else None,
         "stragglers": red.stragglers,
+        **_whatif_fields(red),
         "recommendations": [{"title": r["title"], "evidence": r["evidence"], "score": r["score"]} for r in red.recommendations],
         "step_time": red.steps.spread,
         "throughput": red.throughput,
@@ -72,6 +72,23 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
     if red.device == "cpu":
         warnings.append("CPU-only run: GPU fields (idle/compute/non-compute %, overlap, kernel breakdown) are null because the traces hold no GPU kernels")
     return summary
+
+
+def _whatif_fields(red: Reduced) -> dict[str, Any]:
+    """straggler_slowdown, replay_error_pct (largest over the profiled steps, and per step) and how
+    collectives were matched (reduce.whatif; README "Straggler flag")."""
+    wi = red.whatif
+    if wi is None or wi.matching is None:
+        return {"straggler_slowdown": None, "replay_error_pct": None, "replay_error_pct_per_step": {}, "collective_matching": None}
+    m = wi.matching
+    per_step = {str(int(s)): round(float(e), 4) for s, e in zip(wi.steps.get("step", []), wi.steps.get("replay_error_pct", []))}
+    return {
+        "straggler_slowdown": None if wi.straggler_slowdown is None else round(wi.straggler_slowdown, 4),
+        "replay_error_pct": None if wi.replay_error_pct is None else round(wi.replay_error_pct, 4),
+        "replay_error_pct_per_step": per_step,
+        "collective_matching": {"instances": m.n_instances, "rematched_by_end_time": m.n_rematched, "dropped": m.n_dropped,
+                                "tolerance_ms": round(m.tol_us / 1e3, 4)},
+    }
 
 
 def write_summary(out: AnalysisDir, summary: dict) -> None:

@@ -116,7 +116,7 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
     loader = None
     if not tl.has_gpu:
         warnings.append(
-            f"{name} (rank {tm.rank}): no GPU kernels or other device-stream activity in the trace (CPU-only run, e.g. gloo backend), so HTA's "
+            f"{name} (rank {tm.rank}): no GPU kernels in the trace (CPU-only run, e.g. gloo backend), so HTA's "
             "GPU analyses (temporal, idle-time, overlap, kernel breakdown) have nothing to measure: their fields are null"
         )
     else:
@@ -151,7 +151,7 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
         "world_size": tm.world_size,
         "backend": tm.backend,
         "host": tm.host,
-        "device": tl.device_kind,
+        "device": "cuda" if tl.has_gpu else "cpu",
         "device_name": next((dp.get("name") for dp in tm.device_properties if isinstance(dp, dict)), None),
         "gpu_memory_total_bytes": total_mem,
         "gpu_memory_peak_bytes": tl.memory_peak_bytes,
@@ -200,11 +200,23 @@ def _steps_table(tl: RankTimeline) -> pd.DataFrame:
         keep = e_ > s_
         exposed.append(float((e_[keep] - s_[keep]).sum() - busy.covered(s_[keep], e_[keep]).sum()) / 1e3)
     df["comm_exposed_ms"] = exposed
+    # the rank's step ends when its host span ends or the device work launched in it ends, whichever
+    # is later (the what-if replay of the reduce and the trace drills use the same step end)
+    df["device_end_us"] = tl.device_end_in(a, b)
+    _cum_columns(df, tl.category_clock(), {"start": a, "stop": np.fmax(b, df["device_end_us"].to_numpy(float))})
     return df
 
 
+def _cum_columns(df: pd.DataFrame, clock, at: dict) -> None:
+    """Add cum_<category>_<name>_ms: time in each cause category up to each instant of `at` (the
+    reduce takes differences of two of them: the time in a window; see ranks.categories)."""
+    for name, t in at.items():
+        for c, v in clock.at(t).items():
+            df[f"cum_{c}_{name}_ms"] = v / 1e3
+
+
 def _collectives_table(tl: RankTimeline) -> pd.DataFrame:
-    cols = ["group", "kind", "name", "seq", "step", "idx", "arrival_us", "end_us", "window_start_us", "source"]
+    cols = ["group", "kind", "name", "seq", "step", "idx", "arrival_us", "end_us", "launch_us", "window_start_us", "source"]
     cats = [f"win_{c}_ms" for c in CATEGORIES]
     if not tl.collectives:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in ("group", "kind", "name", "source") else "float") for c in cols + cats})
@@ -214,8 +226,11 @@ def _collectives_table(tl: RankTimeline) -> pd.DataFrame:
         s_start = np.array([s[1] for s in tl.steps])
         s_end = np.array([s[2] for s in tl.steps])
         s_num = np.array([s[0] for s in tl.steps])
-        i = np.searchsorted(s_start, df["arrival_us"].to_numpy(), side="right") - 1
-        inside = (i >= 0) & (df["arrival_us"].to_numpy() < s_end[np.maximum(i, 0)])
+        # a GPU collective belongs to the step that launched it (the device may run behind the host)
+        launch = df["launch_us"].to_numpy(float)
+        when = np.where(np.isnan(launch), df["arrival_us"].to_numpy(float), launch)
+        i = np.searchsorted(s_start, when, side="right") - 1
+        inside = (i >= 0) & (when <= s_end[np.maximum(i, 0)])
         df["step"] = np.where(inside, s_num[np.maximum(i, 0)], -1)
     else:
         df["step"] = -1
@@ -233,4 +248,5 @@ def _collectives_table(tl: RankTimeline) -> pd.DataFrame:
     df["window_start_us"] = np.minimum(ws.astype(float), df["arrival_us"].to_numpy())
     for k, v in tl.window(df["window_start_us"].to_numpy(), df["arrival_us"].to_numpy()).items():
         df[f"win_{k}_ms"] = v / 1e3
-    return df[cols + cats]
+    _cum_columns(df, tl.category_clock(), {"arrival": df["arrival_us"].to_numpy(float), "end": df["end_us"].to_numpy(float)})
+    return df[cols + cats + [c for c in df.columns if c.startswith("cum_")]]

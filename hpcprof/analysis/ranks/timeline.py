@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .categories import CategoryClock
+
 from ...rundir.records import REGION_DATA
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -62,6 +64,12 @@ class Intervals:
             return np.zeros(np.broadcast(np.asarray(a), np.asarray(b)).shape)
         return np.clip(self._upto(b) - self._upto(a), 0, None)
 
+    def contains(self, t) -> np.ndarray:
+        """Whether each instant t lies inside the set."""
+        t = np.asarray(t, dtype=float)
+        i = np.searchsorted(self.s, t, side="right") - 1
+        return (i >= 0) & (t < self.e[np.maximum(i, 0)]) if self.s.size else np.zeros(t.shape, dtype=bool)
+
     @property
     def total(self) -> float:
         return float(self.cum[-1])
@@ -78,10 +86,32 @@ class RankTimeline:
     gpu_memory: Intervals
     gpu_comm: Intervals
     has_gpu: bool
-    device_kind: str = "cpu"
-    """"cuda" (CUDA/ROCm kernel categories), "accelerator" (device-stream activity without them, e.g. MTIA), "cpu"."""
     collectives: list[dict] = field(default_factory=list)
     memory_peak_bytes: float | None = None
+    device_launch: np.ndarray = field(default_factory=lambda: np.empty(0))  # host launch time of each device op (NaN: unknown)
+    device_end: np.ndarray = field(default_factory=lambda: np.empty(0))  # its end
+    comm_host: "Intervals | None" = None  # CPU ranks: gloo ops in flight (any thread)
+
+    def category_clock(self) -> CategoryClock:
+        """The partition of this rank's time into CAUSE_CATEGORIES (see CategoryClock)."""
+        idle_host = [("data_loading", self.host_data), ("cpu_work", self.host_all)]
+        if self.has_gpu:
+            layers = [("gpu_compute", self.gpu_compute), ("memcpy", self.gpu_memory), ("comm", self.gpu_comm)] + idle_host
+        else:
+            layers = idle_host + [("comm", self.comm_host if self.comm_host is not None else Intervals([], []))]
+        return CategoryClock(layers, "host_gap")
+
+    def device_end_in(self, a, b) -> np.ndarray:
+        """Per window [a, b): the latest end of the device work launched in it (NaN if none)."""
+        a, b = np.atleast_1d(np.asarray(a, dtype=float)), np.atleast_1d(np.asarray(b, dtype=float))
+        out = np.full(a.shape, np.nan)
+        ok = ~np.isnan(self.device_launch)
+        L, E = self.device_launch[ok], self.device_end[ok]
+        for i, (lo, hi) in enumerate(zip(a, b)):
+            m = (L >= lo) & (L <= hi)
+            if m.any():
+                out[i] = E[m].max()
+        return out
 
     def busy(self) -> "Intervals":
         """When this rank is doing useful work: GPU compute/memcpy kernels on a GPU rank, main-thread
@@ -152,13 +182,6 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     end = ts + dur
     cat_v = cat.to_numpy(dtype=object)
     is_gpu = x & cat.isin(GPU_CATS).to_numpy()
-    device_kind = "cuda" if is_gpu.any() else "cpu"
-    if not is_gpu.any() and "stream" in ev:
-        # Other accelerators (MTIA...) have no CUDA event categories: as HTA does (stream != -1),
-        # an event on a device stream is device activity, classified by name like a kernel.
-        stream_v = pd.to_numeric(ev["stream"], errors="coerce").to_numpy(dtype=float)
-        is_gpu = x & (stream_v >= 0) & ~cat.isin(HOST_CATS).to_numpy()
-        device_kind = "accelerator" if is_gpu.any() else "cpu"
     is_host = x & cat.isin(HOST_CATS).to_numpy()
 
     tid = col("tid", pd.Series([None] * n)).to_numpy(dtype=object)
@@ -201,6 +224,16 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
         v = ev["seq_upper"].iat[i]
         return v if v is not None else ev["seq_lower"].iat[i]
 
+    # host launch time of each device op, by correlation id (cudaLaunchKernel & co. carry the same id)
+    corr = _numeric(col("correlation", pd.Series([np.nan] * n)))
+    launch_of: dict = {}
+    host_corr = x & ~is_gpu & np.isfinite(corr) & (corr >= 0)
+    for c_, t_ in zip(corr[host_corr], ts[host_corr]):
+        launch_of.setdefault(c_, float(t_))
+    gpu_idx = np.flatnonzero(is_gpu)
+    dev_launch = np.array([launch_of.get(c_, np.nan) for c_ in corr[gpu_idx]], dtype=float)
+    launch_by_row = dict(zip(gpu_idx.tolist(), dev_launch.tolist()))
+
     collectives = []
     stream = ev["stream"].to_numpy(dtype=object)
     for i in np.flatnonzero(comm):
@@ -212,6 +245,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
                 "seq": seq(i),
                 "arrival_us": float(ts[i]),
                 "end_us": float(end[i]),
+                "launch_us": launch_by_row.get(int(i), np.nan),
                 "source": "gpu",
             }
         )
@@ -230,6 +264,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
                     "seq": seq(i),
                     "arrival_us": float(ts[i]),
                     "end_us": float(end[i]),
+                    "launch_us": np.nan,
                     "source": "cpu",
                 }
             )
@@ -244,7 +279,9 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
         gpu_memory=Intervals(ts[memory], end[memory]),
         gpu_comm=Intervals(ts[comm], end[comm]),
         has_gpu=bool(is_gpu.any()),
-        device_kind=device_kind,
         collectives=collectives,
         memory_peak_bytes=mem_peak,
+        device_launch=dev_launch,
+        device_end=end[gpu_idx].astype(float),
+        comm_host=Intervals(ts[is_gloo], end[is_gloo]) if not is_gpu.any() else None,
     )

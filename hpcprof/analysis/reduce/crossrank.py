@@ -14,13 +14,11 @@ import pandas as pd
 
 from ...rundir import RunDir
 from ..ranks.result import RankResult
-from ..ranks.timeline import Intervals
-from .capacity import node_capacity
+from . import whatif
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
 from .step_stats import StepTimes, step_times
-from .stragglers import analyze_collectives
 from .throughput import throughput
 
 
@@ -43,11 +41,14 @@ class Reduced:
     idle: pd.DataFrame
     """HTA's idle-time breakdown per rank and stream."""
     collectives: pd.DataFrame
-    """Per matched collective across ranks (stragglers.analyze_collectives)."""
+    """Per matched collective across ranks: who arrived last, skew, transfer (reduce.whatif)."""
     waits_per_step: pd.DataFrame
+    """Per rank and profiled step: its what-if cost and its waiting in collectives (reduce.whatif)."""
     stragglers: list[dict]
     clock_offsets_us: dict[int, float]
     recommendations: list[dict]
+    whatif: whatif.WhatIf | None = None
+    """The what-if replay: per-step replay error, straggler slowdown, per-rank costs, matching."""
     throughput: dict | None = None
     """summary.json `throughput` (reduce.throughput): samples/s over steady-state steps; None without step records."""
     throughput_steps: pd.DataFrame | None = None
@@ -67,17 +68,6 @@ def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def busy_intervals(keep: dict[int, RankResult]) -> dict[int, Intervals]:
-    """Rank -> when it did useful work (the map's busy table)."""
-    busy = {}
-    for r, v in keep.items():
-        p = v.tables.get("busy")
-        if p:
-            b = pd.read_parquet(p)
-            busy[r] = Intervals(b["start_us"].to_numpy(), b["end_us"].to_numpy())
-    return busy
-
-
 def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: list[str]) -> Reduced:
     """Reduce the selected ranks; what keeps a cross-rank result from being computed is appended to `warnings`."""
     metas = {r: v.meta for r, v in keep.items()}
@@ -90,7 +80,6 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     ktype = rank_table(keep, "kernel_type")
     ktop = rank_table(keep, "kernels_top")
     kall = rank_table(keep, "kernels_all")
-    busy = busy_intervals(keep)
 
     steps = step_times(RunDir(src), keep, steps_trace)
     tp, tp_steps, _ = throughput(steps.records, _profiler_warmup(manifest), _attempt_starts(manifest))
@@ -99,20 +88,31 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     kx = kernels_across_ranks(kall)
 
     hosts = {r: nodes.get(r) for r in metas}
-    capacity = node_capacity(manifest, device)
-    per_coll, per_step, strag, offsets = analyze_collectives(colls, hosts, steps.median_ms, busy, steps_trace, capacity)
+    wi = whatif.analyze(colls, steps_trace, hosts)
+    strag = wi.stragglers
     for s in strag:
         s["node"] = nodes.get(s["rank"])
+    warnings.extend(wi.warnings)
     if len(metas) < 2:
         warnings.append("only one rank analysed: no cross-rank (straggler) analysis")
-    elif per_coll.empty:
+    elif wi.collectives.empty:
         warnings.append("no collectives matched across ranks: straggler analysis skipped")
+    elif wi.replay_error_pct is not None and wi.replay_error_pct > whatif.MAX_REPLAY_ERROR_PCT:
+        warnings.append(
+            f"the what-if replay reproduces the measured step time only within {wi.replay_error_pct:.1f}% "
+            f"(more than {whatif.MAX_REPLAY_ERROR_PCT:.0f}%): treat the straggler costs with caution"
+        )
+    cost = wi.per_rank[["rank", "whatif_cost_ms_per_step"]] if not wi.per_rank.empty else None
+    per_rank = per_rank.merge(cost, on="rank", how="left") if cost is not None else per_rank.assign(whatif_cost_ms_per_step=float("nan"))
+    per_step = wi.costs.rename(columns={"cost_ms": "whatif_cost_ms", "above": "above_threshold"})
+    offsets = wi.matching.offsets if wi.matching is not None else {}
 
     recs = recommendations(per_rank, steps_trace, steps.records, kall, kb, strag, metas, device, steps.spread, idle=idle)
     return Reduced(
         metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
         kernel_breakdown=kb, kernels_top=ktop, kernels_all=kall, kernels_across_ranks=kx, idle=idle,
-        collectives=per_coll, waits_per_step=per_step, stragglers=strag, clock_offsets_us=offsets, recommendations=recs,
+        collectives=wi.collectives, waits_per_step=per_step, stragglers=strag, clock_offsets_us=offsets, recommendations=recs,
+        whatif=wi,
         throughput=tp, throughput_steps=tp_steps,
     )
 

@@ -75,8 +75,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..ranks.categories import CAUSE_CATEGORIES
 from .clocks import estimate_clocks
 
+MAX_REPLAY_ERROR_PCT = 3.0  # above it the replay does not reproduce the step: the costs get a warning
 NOISE_FLOOR_MS = 1.0
 REL_THRESHOLD = 0.05
 MIN_STEP_SHARE = 0.5
@@ -85,7 +87,6 @@ TOL_FLOOR_US = 20.0  # NCCL kernels of one collective end within a few us on one
 TOL_FLOOR_CPU_US = 4000.0  # a gloo worker thread may wait a scheduler tick (4 ms at HZ=250) to run
 TOL_JUMP = 10.0  # wrong pairings end 40x and more further apart than the true ones (hta_sampled_2of128)
 TOL_FACTOR = 4.0  # true NCCL send/recv ends spread up to 3x their median on hta_sampled_2of128
-CAUSE_CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy", "comm")
 CAUSE_TEXT = {
     "data_loading": "waiting for data (time in hpcprof.data / DataLoader before its late arrivals)",
     "host_gap": "host-side gap (un-annotated host time: sleep, Python overhead, slow input outside the profiled regions)",
@@ -550,13 +551,16 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
         total = float(mine["cost_ms"].clip(lower=0).sum())
         ex = dict(zip(CAUSE_CATEGORIES, excess_sum[row.rank].tolist())) if have_cause else None
         cause, shares = name_cause(ex, total)
+        flagged = int(mine["above"].sum())
         stragglers.append({
             "rank": int(row.rank),
             "cost_ms_per_step": round(float(row.whatif_cost_ms_per_step), 3),
             "cost_ms_per_step_median": round(float(row.whatif_cost_ms_per_step_median), 3),
-            "steps_flagged": int(mine["above"].sum()),
+            "steps_flagged": flagged,
             "steps": n_steps,
             "late_in_steps_share": round(float(row.steps_above_share), 3),
+            # the share of profiled steps above the threshold, x n/(n+1): one profiled step gives at most 0.5
+            "confidence": round(flagged / n_steps * n_steps / (n_steps + 1), 3),
             "cause": cause,
             "cause_detail": CAUSE_TEXT.get(cause, cause) if cause != "mixed" else
             "mixed: " + ", ".join(f"{c} {100 * v:.0f}%" for c, v in shares.items()) + " of the cost",
