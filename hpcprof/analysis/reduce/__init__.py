@@ -1,7 +1,7 @@
 """The cross-rank reduce: job-level numbers from the small per-rank tables of the map (never a trace).
 
 crossrank.py runs the steps in order and returns one ``Reduced``; each step is its own module
-(step_stats, per_rank, kernels, stragglers with capacity, recommend), as are the analyses that
+(step_stats, per_rank, kernels, whatif: straggler costs, flags and causes, recommend), as are the analyses that
 other steps build on or that are wired in separately (clocks, throughput, whatif, ...). Nothing here
 writes a file: outputs/ does.
 """
