@@ -161,7 +161,7 @@ def test_gpu_idle_silent():
 
 # 7. stragglers ----------------------------------------------------------------------------------
 STRAGGLER = {"rank": 1, "node": "n1", "cause": "host_gap", "cause_detail": "host-side gap", "cost_ms_per_step": 20.0,
-             "blocked_wait_ms_per_step": 20.0, "late_in_steps_share": 1.0, "confidence": 0.9}
+             "threshold_ms": 5.0, "steps_flagged": 3, "steps": 3, "late_in_steps_share": 1.0, "confidence": 0.75}
 
 
 def test_straggler_fires():
