@@ -1,0 +1,174 @@
+"""Matching collective instances across ranks, checked so that a wrong pairing is never used as
+evidence of waiting (issue 10, item 4; README "Matching you can trust").
+
+Matching you can trust: instances are first keyed by (process group, sequence number) or else by
+(group, step, kind, n-th of that kind in the step); then checked. A collective ends on all its
+ranks at nearly the same instant and nobody leaves before the last one arrived, so an instance is
+kept only if its end lies within TOL / 2 of the collective's median end (two kept instances end
+at most TOL apart) and not before the last arrival minus TOL. TOL is learned from the data
+(`learn_tolerance`): TOL_FACTOR x the median end spread of the cluster of well-matched
+collectives. Instances that fail are re-paired by end time (same kind and group, mutual nearest end
+within TOL, overlapping): a sampled or multi-stream trace pairs kernels wrongly by order. What still
+fails is dropped, counted and reported as a warning; the replay (reduce.whatif) then treats it as
+the rank's own work, never as evidence of waiting. Clock offsets come from the one estimator
+(reduce.clocks) on the keyed instances, before the check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .clocks import estimate_clocks
+
+TOL_FLOOR_US = 20.0  # NCCL kernels of one collective end within a few us on one host (Kineto: 1 us)
+TOL_FLOOR_CPU_US = 4000.0  # a gloo worker thread may wait a scheduler tick (4 ms at HZ=250) to run
+TOL_JUMP = 10.0  # wrong pairings end 40x and more further apart than the true ones (hta_sampled_2of128)
+TOL_FACTOR = 4.0  # true NCCL send/recv ends spread up to 3x their median on hta_sampled_2of128
+
+
+def key_collectives(colls: pd.DataFrame) -> pd.DataFrame:
+    """Give every collective a cross-rank key: (group, seq) when every instance carries a sequence
+    number, else (group, step, kind, n-th of that kind in the step)."""
+    df = colls.copy()
+    if df.empty:
+        return df.assign(key=pd.Series(dtype=str))
+    # stream ids / group names must agree across ranks to be used as the group
+    groups_per_rank = df.groupby("rank")["group"].apply(frozenset)
+    if len(set(groups_per_rank)) > 1:
+        df["group"] = "default"
+        df["idx"] = df.sort_values("arrival_us").groupby(["rank", "group", "step", "kind"]).cumcount()
+    if df["seq"].notna().all():
+        df["key"] = df["group"].astype(str) + "|seq" + df["seq"].astype("int64").astype(str)
+    else:
+        df["key"] = (df["group"].astype(str) + "|" + df["step"].astype("int64").astype(str) + "|"
+                     + df["kind"].astype(str) + "|" + df["idx"].astype("int64").astype(str))
+    return df
+
+
+def learn_tolerance(df: pd.DataFrame) -> float:
+    """TOL (us): how far apart the ends of one collective's instances may lie, learned from the end
+    spreads (latest - earliest end) of the keys whose instances overlap in time (the last arrival
+    before the first end: physically possible matches). Sorted, the spreads of true matches form one
+    cluster and a wrong pairing sits far above it (hta_sampled_2of128: 8, 55, 189, 332 us, then
+    13.9 ms): the cluster ends before the first spread above TOL_JUMP x the median of the smaller
+    ones. TOL = TOL_FACTOR x the cluster's median, spreads counted as at least the floor (GPU:
+    TOL_FLOOR_US; CPU: TOL_FLOOR_CPU_US). `df` is clock-aligned (columns key, rank, arrival, end)."""
+    floor = TOL_FLOOR_CPU_US if "source" in df and (df["source"] == "cpu").any() else TOL_FLOOR_US
+    g = df.groupby("key")
+    n = g["rank"].nunique()
+    overlap = (g["arrival"].max() <= g["end"].min()) & (n >= 2)
+    spread = np.sort(np.maximum((g["end"].max() - g["end"].min())[overlap].to_numpy(float), floor))
+    if spread.size == 0:
+        return TOL_FACTOR * floor
+    k = 1
+    while k < spread.size and spread[k] <= TOL_JUMP * np.median(spread[:k]):
+        k += 1
+    return float(TOL_FACTOR * np.median(spread[:k]))
+
+
+def _consistent(df: pd.DataFrame, tol: float) -> np.ndarray:
+    """Per instance: end within tol of its key's median end, not before the key's last arrival - tol
+    (the latest arriver is removed first when it arrived after the others had left)."""
+    ok = np.ones(len(df), dtype=bool)
+    tol_end = tol / 2  # two kept instances end at most tol apart
+    end = df["end"].to_numpy(float)
+    arr = df["arrival"].to_numpy(float)
+    for _, idx in df.groupby("key").indices.items():
+        idx = np.asarray(idx)
+        med = np.median(end[idx])
+        keep = idx[np.abs(end[idx] - med) <= tol_end]
+        while keep.size >= 2:
+            late = keep[np.argmax(arr[keep])]
+            if arr[late] <= end[keep].min() + tol:
+                break
+            keep = keep[keep != late]
+        ok[idx] = False
+        if keep.size >= 2:
+            ok[keep] = True
+    return ok
+
+
+def _rematch(rest: pd.DataFrame, tol: float) -> pd.DataFrame:
+    """Pair leftover instances across ranks by end time: same kind and group, mutual nearest end
+    within tol, overlapping in time. Returns the re-keyed instances that found partners."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for _, grp in rest.groupby(["kind", "group"]):
+        ranks = sorted(grp["rank"].unique())
+        for i, a in enumerate(ranks):
+            ga = grp[grp["rank"] == a]
+            for b in ranks[i + 1:]:
+                gb = grp[grp["rank"] == b]
+                ea, eb = ga["end"].to_numpy(float), gb["end"].to_numpy(float)
+                d = np.abs(ea[:, None] - eb[None, :])
+                na, nb = d.argmin(axis=1), d.argmin(axis=0)
+                for x, y in enumerate(na):
+                    if nb[y] != x or d[x, y] > tol:
+                        continue
+                    ia, ib = ga.index[x], gb.index[y]
+                    if max(rest.at[ia, "arrival"], rest.at[ib, "arrival"]) > min(ea[x], eb[y]) + tol:
+                        continue
+                    parent[find(ia)] = find(ib)
+    groups: dict[int, list[int]] = {}
+    for i in list(parent):
+        groups.setdefault(find(i), []).append(i)
+    keep = []
+    for root, members in groups.items():
+        sub = rest.loc[members]
+        if len(members) >= 2 and sub["rank"].is_unique:
+            keep.append(sub.assign(key=f"end-matched|{root}"))
+    return pd.concat(keep) if keep else rest.iloc[:0]
+
+
+@dataclass
+class Matching:
+    """Matched, clock-aligned collective instances (columns arrival, end, key) and what was dropped."""
+
+    df: pd.DataFrame
+    offsets: dict
+    clocks: object
+    tol_us: float
+    n_instances: int
+    n_rematched: int
+    n_dropped: int
+    warnings: list = field(default_factory=list)
+
+
+def match_collectives(colls: pd.DataFrame, hosts: dict) -> Matching:
+    """Key, align, check and (where needed) re-pair collective instances (module docstring)."""
+    df = key_collectives(colls.reset_index(drop=True))
+    cnt = df.groupby("key")["rank"].transform("nunique")
+    clocks = estimate_clocks(df[cnt >= 2], hosts)
+    offsets = clocks.rank_offsets()
+    df["arrival"] = df["arrival_us"] - df["rank"].map(offsets).fillna(0.0)
+    df["end"] = df["end_us"] - df["rank"].map(offsets).fillna(0.0)
+    tol = learn_tolerance(df[cnt >= 2])
+    ok = _consistent(df, tol)
+    kept = df[ok]
+    again = _rematch(df[~ok], tol)
+    n_rest = int((~ok).sum())
+    n_dropped = n_rest - len(again)
+    warnings = []
+    # instances with no counterpart on any analysed rank (a collective with ranks outside the set)
+    # are not failures: they never had a partner to agree with
+    lonely = int(((cnt < 2) & ~ok).sum())
+    failed = n_dropped - lonely
+    if failed > 0:
+        warnings.append(
+            f"{failed} of {len(df)} collective instances were dropped from the cross-rank analysis: paired with "
+            f"another rank's instance by order, their end times disagree by more than the tolerance of "
+            f"{tol / 1e3:.3f} ms learned from the well-matched collectives (or one rank left before another "
+            "arrived), and no instance of the same kind ends within it; they count as the rank's own work, "
+            "never as waiting"
+        )
+    out = pd.concat([kept, again]) if len(again) else kept
+    return Matching(out, offsets, clocks, tol, len(df), len(again), n_dropped, warnings)
