@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..rundir import RunDir, RunDirError, rank_from_name
+from ..rundir.state import run_state
 from . import cache
 from .decode.load import discover_traces
 from .errors import AnalysisError
@@ -22,6 +23,7 @@ from .outputs.charts import Charts, draw_charts
 from .outputs.chart_plan import nothing_to_show
 from .outputs.console import console_summary
 from .outputs.layout import AnalysisDir
+from .outputs.rounding import round_summary
 from .outputs.report import write_report
 from .outputs.summary import build_summary, clean, write_summary
 from .outputs.tables import output_tables, write_tables
@@ -74,6 +76,11 @@ def analyze(
     out_dir = AnalysisDir(Path(out) if out is not None else run.analysis_dir).create()
     cdir = Path(cache_dir) if cache_dir is not None else out_dir.default_cache
 
+    if is_run and not discover_traces(src):
+        state = run_state(src)  # a job still running, never started or crashed early: say so, in one line
+        if state.partial:
+            raise AnalysisError(f"{state.describe()}; no trace yet in {run.traces_dir} (each rank writes one after "
+                                "its profiled steps): analyse again later")
     files = _traces(src, ranks, is_run)
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
     digests, key = cache.inputs_key(src, files, ranks, options=f"timeline={timeline_steps}/{timeline_max_events}")
@@ -100,11 +107,19 @@ def analyze(
         "outputs_reused": False,
     }
     summary["inputs_key"] = key
-    summary = clean(summary)
+    summary["outputs"]["files"] = _output_files(out_dir)
+    summary = round_summary(clean(summary))
     write_summary(out_dir, summary)
     if console:
         print(console_summary(summary))
     return summary
+
+
+def _output_files(out: AnalysisDir) -> list[str]:
+    """Every output file written (relative to the output folder); the memo serves the outputs again
+    only while all of them are still there."""
+    files = [out.report] + sorted(p for d in (out.tables, out.plots) if d.is_dir() for p in d.iterdir() if p.is_file())
+    return [str(p.relative_to(out.root)) for p in files if p.is_file()]
 
 
 def _traces(src: Path, ranks: Iterable[int] | None, is_run: bool) -> list[Path]:

@@ -66,16 +66,25 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The objects of a JSON-lines file; a torn last line (writer killed mid-write) is skipped."""
+def read_jsonl(path: Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file. A torn last line (writer killed mid-write) is skipped
+    silently; any other line that is not a JSON object (`42`, a list, garbage) is skipped and, when
+    `problems` is given, named there ("<file> line <n>: ...")."""
     if not path.exists():
         return []
     out = []
-    for line in path.read_text().splitlines():
+    lines = path.read_text(errors="replace").splitlines()
+    for n, line in enumerate(lines, 1):
         try:
-            out.append(json.loads(line))
+            obj = json.loads(line)
         except json.JSONDecodeError:
+            if problems is not None and n < len(lines) and line.strip():
+                problems.append(f"{path.parent.name}/{path.name} line {n}: not JSON ({line[:40]!r}); skipped")
             continue
+        if isinstance(obj, dict):
+            out.append(obj)
+        elif problems is not None:
+            problems.append(f"{path.parent.name}/{path.name} line {n}: not a JSON object ({line[:40]!r}); skipped")
     return out
 
 
@@ -179,10 +188,17 @@ class RunDir:
         return data
 
     # ------------------------------------------------------------------ steps
-    def read_steps(self, rank: int) -> list[dict[str, Any]]:
-        """Step records of one rank as dicts (keys: records.STEP_KEYS; older runs may lack some);
-        a torn last line (rank killed mid-write) is skipped."""
-        return read_jsonl(self.steps_path(rank))
+    def read_steps(self, rank: int, problems: list[str] | None = None) -> list[dict[str, Any]]:
+        """Step records of one rank as dicts (keys: records.STEP_KEYS; older runs may lack some).
+        A torn last line (rank killed mid-write) is skipped; lines that are not step records (not an
+        object, no integer `step`) are skipped and named in `problems` when it is given."""
+        path = self.steps_path(rank)
+        recs = read_jsonl(path, problems)
+        good = [r for r in recs if isinstance(r.get("step"), int) and not isinstance(r.get("step"), bool)]
+        if problems is not None and len(good) < len(recs):
+            problems.append(f"{path.parent.name}/{path.name}: {len(recs) - len(good)} line(s) without an integer "
+                            "'step' are not step records; skipped")
+        return good
 
     def step_ranks(self) -> list[int]:
         ranks = (rank_from_name(p.name) for p in self.steps_dir.glob(STEPS_TEMPLATE.format(rank="*")))

@@ -91,6 +91,9 @@ def read_trace(path: str | os.PathLike) -> DecodedTrace:
         decoded = decode(raw)
     except DecodeError as exc:
         raise TraceError(f"{name}: not valid JSON ({str(exc)[:120]}); truncated or corrupt trace") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{name}: not valid UTF-8 text ({exc.reason}, byte {exc.object[exc.start:exc.end]!r}); "
+                         "corrupt trace") from None
     except ShapeError:
         raise TraceError(f"{name}: not a Kineto/Chrome trace (no 'traceEvents' list)") from None
     if not decoded.events:
@@ -122,7 +125,7 @@ def trace_meta(path: str | os.PathLike, doc: dict) -> TraceMeta:
         world_size=int(ws) if isinstance(ws, int) else None,
         backend=info.get("backend"),
         host=doc.get("host_name"),
-        pg_config=list(info.get("pg_config") or []),
+        pg_config=[g for g in info.get("pg_config") or [] if isinstance(g, dict)] if isinstance(info.get("pg_config"), list) else [],
         device_properties=[d for d in doc.get("deviceProperties") or [] if isinstance(d, dict)]
         if isinstance(doc.get("deviceProperties"), list) else [],
         warnings=warnings,

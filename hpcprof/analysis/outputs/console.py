@@ -3,9 +3,14 @@ recommendation, warnings, and where the report is."""
 
 from __future__ import annotations
 
+from ...rundir.state import describe
+
 
 def console_summary(summary: dict) -> str:
     lines = []
+    state = summary.get("run_state") or {}
+    if state.get("state") not in (None, "unknown"):
+        lines.append(describe(state))  # first: a running, crashed or stopped job is not read as a finished one
     lines.append(f"hpcprof analysis of {summary['source']}: {len(summary['ranks_analyzed'])}/{summary['world_size']} ranks, device {summary['device']}")
     hdr = f"{'rank':>4}  {'node':<14} {'step ms':>9} {'idle %':>7} {'comp %':>7} {'overlap %':>9}"
     lines.append(hdr)

@@ -47,6 +47,7 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "source": str(src),
         "world_size": int(world_size) if world_size else len(red.metas),
         "ranks_analyzed": sorted(red.metas),
+        "run_state": red.run_state,
         "device": red.device,
         "warnings": warnings,
         "per_rank": [{k: row[k] for k in PER_RANK_FIELDS} for row in red.per_rank.to_dict("records")],

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..reduce.crossrank import Reduced
+from .rounding import csv_frame
 
 
 def output_tables(red: Reduced) -> dict[str, pd.DataFrame]:
@@ -35,7 +36,7 @@ def output_tables(red: Reduced) -> dict[str, pd.DataFrame]:
 
 def write_table(df: pd.DataFrame, tables: Path, name: str) -> None:
     """<name>.csv and <name>.parquet (object columns as strings: Parquet needs one type per column)."""
-    df.to_csv(tables / f"{name}.csv", index=False)
+    csv_frame(name, df).to_csv(tables / f"{name}.csv", index=False)  # for people: units in names, rounded
     d = df.copy()
     for c in d.columns:
         if d[c].dtype == object:

@@ -13,11 +13,13 @@ from pathlib import Path
 import pandas as pd
 
 from ...rundir import RunDir
+from ...rundir.state import run_state
 from ..ranks.result import RankResult
 from . import whatif
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
+from .sanity import cut_failed_steps, plausible_stragglers, same_host_clock_warnings
 from .step_stats import StepTimes, step_times
 from .throughput import throughput
 
@@ -47,6 +49,8 @@ class Reduced:
     stragglers: list[dict]
     clock_offsets_us: dict[int, float]
     recommendations: list[dict]
+    run_state: dict | None = None
+    """hpcprof.rundir.state.RunState.to_dict() of the run (summary.json `run_state`)."""
     whatif: whatif.WhatIf | None = None
     """The what-if replay: per-step replay error, straggler slowdown, per-rank costs, matching."""
     throughput: dict | None = None
@@ -80,8 +84,12 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     ktype = rank_table(keep, "kernel_type")
     ktop = rank_table(keep, "kernels_top")
     kall = rank_table(keep, "kernels_all")
+    state = run_state(src)
+    steps_trace, colls = cut_failed_steps(state, steps_trace, colls, warnings)
+    if state.partial and state.state != "failed":
+        warnings.insert(0, f"partial analysis: {state.describe()}")
 
-    steps = step_times(RunDir(src), keep, steps_trace)
+    steps = step_times(RunDir(src), keep, steps_trace, problems=warnings)
     tp, tp_steps, _ = throughput(steps.records, _profiler_warmup(manifest), _attempt_starts(manifest))
     per_rank = per_rank_table(metas, nodes, steps_trace, steps.stats)
     kb = kernel_breakdown(ktype)
@@ -92,6 +100,10 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     strag = wi.stragglers
     for s in strag:
         s["node"] = nodes.get(s["rank"])
+    clock_warnings, _ = same_host_clock_warnings(steps_trace, hosts, steps.median_ms)
+    warnings.extend(clock_warnings)
+    strag, withheld = plausible_stragglers(strag, steps.median_ms)
+    warnings.extend(withheld)
     warnings.extend(wi.warnings)
     if len(metas) < 2:
         warnings.append("only one rank analysed: no cross-rank (straggler) analysis")
@@ -108,8 +120,10 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     offsets = wi.matching.offsets if wi.matching is not None else {}
 
     recs = recommendations(per_rank, steps_trace, steps.records, kall, kb, strag, metas, device, steps.spread, idle=idle)
+    if state.state == "failed" and steps_trace.empty:
+        recs = []  # nothing but a cut-off step to derive them from (warned above)
     return Reduced(
-        metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
+        run_state=state.to_dict(), metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
         kernel_breakdown=kb, kernels_top=ktop, kernels_all=kall, kernels_across_ranks=kx, idle=idle,
         collectives=wi.collectives, waits_per_step=per_step, stragglers=strag, clock_offsets_us=offsets, recommendations=recs,
         whatif=wi,

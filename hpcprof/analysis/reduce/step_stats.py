@@ -17,9 +17,10 @@ STEP_TIMES = STEP_TIME_KEYS
 """The host timings of a step record (seconds), as the rank side writes them (hpcprof.rundir.records)."""
 
 
-def read_step_records(run: RunDir) -> pd.DataFrame:
-    """All step records of a run (torn last lines skipped); empty frame when there are none."""
-    rows = [rec for r in run.step_ranks() for rec in run.read_steps(r)]
+def read_step_records(run: RunDir, problems: list[str] | None = None) -> pd.DataFrame:
+    """All step records of a run (torn last lines skipped; other lines that are not step records are
+    skipped and named in `problems`); empty frame when there are none."""
+    rows = [rec for r in run.step_ranks() for rec in run.read_steps(r, problems)]
     df = pd.DataFrame(rows)
     if df.empty or "rank" not in df or "step" not in df:
         return pd.DataFrame()
@@ -82,8 +83,8 @@ class StepTimes:
         return self.spread.get("median_of_rank_medians_ms")
 
 
-def step_times(run: RunDir, ranks: Iterable[int], steps_trace: pd.DataFrame) -> StepTimes:
-    records = read_step_records(run)
+def step_times(run: RunDir, ranks: Iterable[int], steps_trace: pd.DataFrame, problems: list[str] | None = None) -> StepTimes:
+    records = read_step_records(run, problems)
     if not records.empty:
         records = records[records["rank"].isin(list(ranks))]
     stats = per_rank_step_stats(records)

@@ -1,0 +1,212 @@
+"""Where a run stands, read from what its run directory holds: running, completed, failed (which rank,
+at which step), preempted (checkpoint written, waiting for the requeue), interrupted (the launcher
+was stopped), cancelled (scancel), stopped (ended short without a failure note: scancel, kill -9 of the ranks, a dead
+node), never started, or unknown (a plain folder of traces).
+
+Why here and not in the analysis: the launcher writes the evidence (the manifest's `outcome`), the
+ranks write the rest (steps/, failures/, checkpoint/), and both `submit` and `analyze` need one
+reading of it. `analyze` prints :meth:`RunState.describe` first, stores :meth:`RunState.to_dict`
+as summary.json `run_state`, and treats every state but "completed" (and "unknown") as partial.
+
+Evidence, strongest first:
+1. the manifest's `outcome` (written by `submit` when it waited: never_started, interrupted, failed
+   with the first failure it saw, completed);
+2. failure notes: the earliest one that is not a peer failure names the failing rank;
+3. step files: every rank of the world reached the planned step count -> completed;
+4. liveness: a rank process of this host still alive (pid in the manifest), SLURM saying the job
+   is pending or running (`squeue`, when it answers), or step files written very recently;
+5. a checkpoint without a live job -> preempted (checkpoints are written only on preemption).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .layout import RunDir, RunDirError
+
+STATES = ("running", "completed", "failed", "preempted", "interrupted", "cancelled", "stopped", "never_started", "unknown")
+FRESH_MIN_S = 120.0
+"""Step files written less than this long ago (or 20 median steps, if longer) mean the job is stepping."""
+
+
+@dataclass
+class RunState:
+    state: str
+    """One of STATES."""
+    partial: bool
+    """True when the run did not (yet) produce every planned step: an analysis of it is partial."""
+    steps_done: int | None = None
+    """Steps every rank of the world finished (the slowest rank's count)."""
+    steps_planned: int | None = None
+    failed_rank: int | None = None
+    failed_step: int | None = None
+    error: str | None = None
+    """The failing rank's error, the launcher's error (never started), or the signal that stopped it."""
+    job_id: str | None = None
+    evidence: str | None = None
+    """What the state was read from, for the curious."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return describe(self.to_dict())
+
+
+def describe(st: dict | None) -> str:
+    """One line for the console and the report, from a RunState or summary.json's `run_state`."""
+    if not st or st.get("state") in (None, "unknown"):
+        return "run state: unknown (a folder of traces, no run directory)"
+    s = st["state"]
+    prog = ""
+    if st.get("steps_planned"):
+        prog = f" ({st.get('steps_done') or 0} of {st['steps_planned']} steps on every rank)"
+    job = f"job {st['job_id']} " if st.get("job_id") else "job "
+    if s == "completed":
+        text = f"{job}completed{prog}"
+    elif s == "running":
+        text = f"{job}is still running{prog}"
+    elif s == "failed" and st.get("failed_rank") is None:
+        text = f"{job}failed ({st.get('error') or 'no rank left a failure note'}){prog}"
+    elif s == "failed":
+        at = f" at step {st['failed_step']}" if st.get("failed_step") is not None else ""
+        err = f": {st['error']}" if st.get("error") else ""
+        text = f"{job}failed: rank {st['failed_rank']} crashed{at}{err}{prog}"
+    elif s == "preempted":
+        text = f"{job}was preempted after step {(st.get('steps_done') or 0) - 1} (checkpoint written; it resumes when requeued){prog}"
+    elif s == "interrupted":
+        text = f"{job}was interrupted ({st.get('error') or 'the launcher was stopped'}){prog}"
+    elif s == "cancelled":
+        text = f"{job}was cancelled ({st.get('error') or 'scancel'}){prog}"
+    elif s == "stopped":
+        text = f"{job}stopped early without a failure note (cancelled, killed or a node lost?){prog}"
+    elif s == "never_started":
+        text = f"{job}never started" + (f": {st['error']}" if st.get("error") else "")
+    else:
+        text = f"{job}{s}{prog}"
+    if st.get("partial") and s != "never_started":
+        text += "; partial analysis"
+    return f"run state: {text}"
+
+
+def _steps(run: RunDir, world: int | None) -> tuple[dict[int, int], float | None, float | None]:
+    """Per rank, steps finished (last step + 1); the newest step-file mtime; the median step time."""
+    done: dict[int, int] = {}
+    newest = None
+    times: list[float] = []
+    for r in run.step_ranks():
+        if world is not None and not 0 <= r < world:
+            continue
+        recs = [x for x in run.read_steps(r) if isinstance(x, dict) and isinstance(x.get("step"), int)]
+        done[r] = max((x["step"] for x in recs), default=-1) + 1
+        times += [float(x["step_s"]) for x in recs[-20:] if isinstance(x.get("step_s"), (int, float))]
+        try:
+            m = run.steps_path(r).stat().st_mtime
+            newest = m if newest is None else max(newest, m)
+        except OSError:
+            pass
+    return done, newest, (statistics.median(times) if times else None)
+
+
+def _pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _slurm_active(job_id: str | None) -> bool | None:
+    """True/False when squeue answers about the job, None when it cannot be asked."""
+    if not job_id or shutil.which("squeue") is None:
+        return None
+    try:
+        p = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if p.returncode != 0:
+        return False if "Invalid job id" in p.stderr else None
+    states = {s.strip() for s in p.stdout.split()}
+    return bool(states & {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"})
+
+
+def _live(manifest: dict, newest: float | None, step_s: float | None) -> str | None:
+    """Why the job looks alive, or None."""
+    host = socket.gethostname()
+    out = manifest.get("outcome") if isinstance(manifest.get("outcome"), dict) else {}
+    for e in manifest.get("ranks") or []:
+        if isinstance(e, dict) and e.get("node") == host and _pid_alive(e.get("pid")):
+            return f"rank {e.get('rank')} (pid {e.get('pid')}) is alive on this host"
+    if manifest.get("launcher_host") == host and _pid_alive(manifest.get("launcher_pid")) and not out:
+        return f"the launcher (pid {manifest.get('launcher_pid')}) is alive on this host"
+    if manifest.get("executor") in ("slurm", "sbatch") and not out:
+        active = _slurm_active(manifest.get("job_id"))
+        if active is not None:
+            return "squeue lists the job" if active else None
+    if newest is not None:
+        window = max(FRESH_MIN_S, 20 * (step_s or 0.0))
+        if time.time() - newest < window:
+            return f"step files written {time.time() - newest:.0f} s ago"
+    return None
+
+
+def run_state(path: str | os.PathLike) -> RunState:
+    """The state of the run in `path` (a run directory; anything else is "unknown")."""
+    run = RunDir(path)
+    try:
+        manifest = run.read_manifest()
+    except (RunDirError, OSError):
+        manifest = {}
+    if not manifest and not run.steps_dir.is_dir():
+        return RunState("unknown", partial=False, evidence="no manifest.json, no steps/")
+    world = manifest.get("world_size") if isinstance(manifest.get("world_size"), int) else None
+    spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
+    planned = (spec.get("train") or {}).get("steps") if isinstance(spec.get("train"), dict) else None
+    planned = planned if isinstance(planned, int) else None
+    job_id = manifest.get("job_id")
+    job_id = str(job_id) if job_id is not None else None
+    outcome = manifest.get("outcome") if isinstance(manifest.get("outcome"), dict) else {}
+    done, newest, step_s = _steps(run, world)
+    ranks = range(world) if world else sorted(done)
+    steps_done = min((done.get(r, 0) for r in ranks), default=0)
+    base = dict(steps_done=steps_done, steps_planned=planned, job_id=job_id)
+
+    if outcome.get("state") == "never_started":
+        return RunState("never_started", partial=True, error=outcome.get("error"), evidence="manifest outcome", **base)
+    if outcome.get("state") in ("interrupted", "cancelled"):
+        return RunState(outcome["state"], partial=True, error=outcome.get("error") or outcome.get("signal"),
+                        evidence="manifest outcome", **base)
+    notes = [f for f in run.read_failures() if isinstance(f, dict)]
+    first = outcome.get("first_failure") if isinstance(outcome.get("first_failure"), dict) else None
+    if first is None and notes:
+        first = next((f for f in notes if not f.get("peer_failure")), notes[0])
+    if first is not None or outcome.get("state") == "failed":
+        first = first or {}
+        step = first.get("step")
+        return RunState("failed", partial=True, failed_rank=first.get("rank"), failed_step=step if isinstance(step, int) else None,
+                        error=(str(first.get("error"))[:300] if first.get("error") else outcome.get("error")),
+                        evidence="manifest outcome" if outcome.get("first_failure") else "failures/", **base)
+    if planned is not None and done and steps_done >= planned:
+        return RunState("completed", partial=False, evidence="every rank recorded every planned step", **base)
+    why = _live(manifest, newest, step_s)
+    if why:
+        return RunState("running", partial=True, evidence=why, **base)
+    if run.checkpoint_path.is_file():
+        return RunState("preempted", partial=True, evidence="checkpoint/latest.pt without a live job", **base)
+    if outcome.get("state") == "completed" and planned is None:
+        return RunState("completed", partial=False, evidence="manifest outcome", **base)
+    if not done and job_id is None:
+        return RunState("never_started", partial=True, error="no job id and no step recorded", evidence="manifest", **base)
+    return RunState("stopped", partial=True, evidence="steps stop short; no failure note; nothing alive", **base)
