@@ -6,21 +6,20 @@ array; summary.json must agree, and sacct must show one COMPLETED array task per
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-import cloudpickle
 import pytest
 
 from hpcprof.analysis import analyze
 from hpcprof.analysis.executors.slurm_array import SlurmOptions, array_resources, map_on_slurm
-
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 REPO = Path(__file__).resolve().parents[2]
 DLRM = (REPO / ".." / "shared" / "traces" / "param_dlrm_8x_v100").resolve()
@@ -46,7 +45,9 @@ def _sacct_tasks(cluster, array_id: str) -> dict[str, tuple[str, str]]:
     res = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "JobID,State,NodeList", "-j", array_id],
                          env=cluster.env, capture_output=True, text=True, timeout=30)
     out = {}
-    for line in res.stdout.split():
+    for line in res.stdout.splitlines():  # lines, not words: "CANCELLED by 0" has spaces
+        if not line.strip():
+            continue
         jid, state, nodes = line.split("|")
         out[jid] = (state, nodes)
     return out
@@ -88,34 +89,67 @@ def test_slurm_array_summary_equals_local_pool_one_task_per_rank(slurm_cluster, 
     assert {nodes for _, nodes in tasks.values()} <= set(slurm_cluster.node_names)
 
 
-def _flaky_rank(path, cache_dir, use_cache):
-    """analyze_rank, except that worker2 raises inside the task and worker6 kills its task."""
-    from hpcprof.analysis.ranks.mapper import analyze_rank
+def test_an_exception_in_one_file_of_a_chunk_costs_only_that_file(traces, tmp_path, monkeypatch):
+    """run_chunk, as an array task runs it: analyze_rank reports bad input itself, so what it catches
+    is the unexpected rest (a bug, a full disk), here an error raised for one file of the chunk."""
+    from hpcprof.analysis.executors import slurm_array
 
-    name = os.path.basename(path)
-    if name.startswith("worker2_"):
-        raise ValueError("injected failure")
-    if name.startswith("worker6_"):
-        os._exit(3)
-    return analyze_rank(path, cache_dir, use_cache)
+    real = slurm_array.analyze_rank
+
+    def analyze_rank(path, cache_dir, use_cache):
+        if os.path.basename(path).startswith("worker1_"):
+            raise ValueError("injected failure")
+        return real(path, cache_dir, use_cache)
+
+    monkeypatch.setattr(slurm_array, "analyze_rank", analyze_rank)
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "4")
+    monkeypatch.setenv("SLURMD_NODENAME", "n9")
+    files = [str(f) for f in sorted(traces.iterdir())[:3]]
+    results = slurm_array.run_chunk(files, str(tmp_path / "cache"), False)
+    assert [r.path for r in results] == files
+    assert [r.ok for r in results] == [True, False, True]
+    assert [r.meta["rank"] for r in results if r.ok] == [0, 2]
+    err = results[1].error
+    assert err.startswith(Path(files[1]).name) and "SLURM array task 77_4 on n9" in err and "injected failure" in err
 
 
-def test_slurm_array_chunks_and_task_failures_become_per_file_errors(slurm_cluster, slurm_env, traces, tmp_path, capfd):
+def _cancel_task_when_running(cluster, job_name: str, task: int, timeout: float = 300) -> str:
+    """scancel one task of the array named `job_name` as soon as it runs; returns the array id.
+    (Running, not queued: a queued array task cancelled before it starts leaves no accounting
+    record, and submitit then never sees it end.)"""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ids = subprocess.run(["squeue", "-h", "-r", "-t", "R", "-n", job_name, "-o", "%i"], env=cluster.env,
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        hit = next((i for i in ids if i.endswith(f"_{task}")), None)
+        if hit:
+            subprocess.run(["scancel", hit], env=cluster.env, check=True, timeout=30)
+            return hit.split("_")[0]
+        time.sleep(0.2)
+    raise AssertionError(f"array task _{task} of {job_name} never ran")
+
+
+def test_slurm_array_chunks_and_a_task_that_dies_costs_its_chunk(slurm_cluster, slurm_env, traces, tmp_path, capfd):
     files = sorted(traces.iterdir())
-    opts = SlurmOptions(array_resources(partition=slurm_cluster.partition, time_min=5, mem_gb=2), array_chunk=3)
-    results = map_on_slurm(files, tmp_path / "cache", True, opts, log_dir=tmp_path / "logs", progress=False,
-                           rank_fn=_flaky_rank)
+    # one task at a time; the last task (worker6, worker7) is cancelled while it analyses its two
+    # ranks (each takes seconds), as an operator's scancel or a node failure would end it
+    opts = SlurmOptions(array_resources(partition=slurm_cluster.partition, time_min=5, mem_gb=2, job_name="dying-array"),
+                        array_chunk=3, array_parallelism=1)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        mapped = pool.submit(map_on_slurm, files, tmp_path / "cache", True, opts, log_dir=tmp_path / "logs",
+                             progress=False)
+        cancelled = _cancel_task_when_running(slurm_cluster, "dying-array", 2)
+        results = mapped.result(timeout=600)
 
     assert [r.path for r in results] == [str(f) for f in files]  # same shape and order as executors.local.map_local
     by_worker = {Path(r.path).name.split("_")[0]: r for r in results}
     ok = sorted(w for w, r in by_worker.items() if r.ok)
-    assert ok == ["worker0", "worker1", "worker3", "worker4", "worker5"]
+    assert ok == [f"worker{i}" for i in range(6)]
     assert all(by_worker[w].meta["rank"] == int(w[-1]) for w in ok)
 
     array_id = re.search(r"analysis array (\d+): 3 task\(s\) x 3 rank\(s\)", capfd.readouterr().err).group(1)
-    # an exception in one file costs only that file; the rest of its chunk was analysed
-    err2 = by_worker["worker2"].error
-    assert err2.startswith(files[2].name) and f"SLURM array task {array_id}_0" in err2 and "injected failure" in err2
+    assert array_id == cancelled
     # a task that dies costs its whole chunk, each file named with the task and its log
     for w in ("worker6", "worker7"):
         err = by_worker[w].error
@@ -123,7 +157,8 @@ def test_slurm_array_chunks_and_task_failures_become_per_file_errors(slurm_clust
         assert f"SLURM array task {array_id}_2 failed" in err and "log: " in err, err
 
     tasks = _wait_accounted(slurm_cluster, array_id, 3)
-    assert [tasks[f"{array_id}_{i}"][0] for i in range(3)] == ["COMPLETED", "COMPLETED", "FAILED"]
+    states = [tasks[f"{array_id}_{i}"][0] for i in range(3)]
+    assert states[:2] == ["COMPLETED", "COMPLETED"] and states[2].startswith("CANCELLED"), states
 
 
 def test_slurm_options_from_the_command_line_reach_the_sbatch_parameters(tmp_path):

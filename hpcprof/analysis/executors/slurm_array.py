@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from ...launch.executors import make_executor
 from ...slurm.resources import SlurmResources
@@ -107,14 +107,14 @@ def slurm_options_from_args(a: argparse.Namespace) -> SlurmOptions:
 
 
 # ------------------------------------------------------------------------------------ task side
-def run_chunk(paths: Sequence[str], cache_dir: str, use_cache: bool, rank_fn: Callable[..., RankResult] = analyze_rank) -> list[RankResult]:
+def run_chunk(paths: Sequence[str], cache_dir: str, use_cache: bool) -> list[RankResult]:
     """One array task: analyse each trace of the chunk; an exception costs only its own file."""
     out = []
     task = os.environ.get("SLURM_ARRAY_JOB_ID", "?") + "_" + os.environ.get("SLURM_ARRAY_TASK_ID", "?")
     host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     for p in paths:
         try:
-            out.append(rank_fn(p, cache_dir, use_cache))
+            out.append(analyze_rank(p, cache_dir, use_cache))
         except Exception as exc:  # analyze_rank reports bad input itself; this is the unexpected rest
             out.append(RankResult.failed(p, f"{Path(p).name}: analysis failed in SLURM array task {task} on {host} ({type(exc).__name__}: {exc})"))
     return out
@@ -149,13 +149,8 @@ def map_on_slurm(
     opts: SlurmOptions | None = None,
     log_dir: str | os.PathLike | None = None,
     progress: bool = True,
-    rank_fn: Callable[..., RankResult] = analyze_rank,
 ) -> list[RankResult]:
-    """Run analyze_rank on every file as a SLURM job array; return the RankResults sorted by path (as map_local).
-
-    ``rank_fn`` replaces analyze_rank in the tasks (same signature); it must be importable or
-    picklable by value on the compute nodes.
-    """
+    """Run analyze_rank on every file as a SLURM job array; return the RankResults sorted by path (as map_local)."""
     from tqdm import tqdm
 
     opts = (opts or SlurmOptions()).validate()
@@ -173,7 +168,7 @@ def map_on_slurm(
     ex = _executor(opts, log_dir, len(chunks))
     n = len(chunks)
     try:
-        jobs = ex.map_array(run_chunk, chunks, [str(cache_dir)] * n, [use_cache] * n, [rank_fn] * n)
+        jobs = ex.map_array(run_chunk, chunks, [str(cache_dir)] * n, [use_cache] * n)
     except Exception as exc:
         lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
         raise AnalysisError(
