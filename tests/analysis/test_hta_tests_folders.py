@@ -5,12 +5,18 @@ we give a warning or a clear AnalysisError instead.
 HTA's reference numbers for a folder are computed once and kept in pytest's cache (keyed by the
 folder's file sizes and mtimes and the HTA version), and our analysis uses a parse cache in the same
 place, so a second run costs seconds; `pytest --cache-clear` recomputes everything.
+
+Suite time: folders whose files total more than LARGE_BYTES (df_index_resolver, mtia_trace_single_rank,
+trace_diff/*, negative_queue_length_values_check, ns_resolution_trace: 1.2-3 MB compressed, up to a
+minute of HTA each on 2 cores) run only with HPCPROF_FULL_HTA_TESTS=1; the small ones cover every
+kind (MTIA, ROCm, CUPTI counters, CPU-only, missing rank...).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +27,7 @@ from hpcprof.analysis import AnalysisError, analyze, console_summary
 from .conftest import TRACES
 
 HTA_TESTS = TRACES / "hta_tests"
+LARGE_BYTES = 1_000_000
 OUTPUT_DIR = "analysis"  # what `analyze` writes next to a trace folder when no --out is given
 
 
@@ -82,6 +89,9 @@ def hta_reference(folder: Path) -> dict:
 def case(request, tmp_path):
     rel = request.param
     folder = HTA_TESTS / rel
+    size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    if size > LARGE_BYTES and not os.environ.get("HPCPROF_FULL_HTA_TESTS"):
+        pytest.skip(f"{rel}: {size / 1e6:.1f} MB of traces; set HPCPROF_FULL_HTA_TESTS=1 to check the large folders too")
     cache = request.config.cache
     key = f"hpcprof/hta_tests/{rel}"
     stored = cache.get(key, None)
