@@ -175,7 +175,7 @@ class Trainer:
         with record_function(REGION_DATA):
             x, y = next(self.source)
         p_data = time.perf_counter()
-        self.drills.straggle()
+        self.drills.straggle(step)
         p_fwd = time.perf_counter()
         with record_function(REGION_FORWARD):
             loss = self.forward(x, y)
@@ -189,7 +189,7 @@ class Trainer:
         record = StepRecord(
             step=step, epoch=self.source.epoch, rank=self.renv.rank, t_start=t_start, t_end=t_start + (p_end - p0),
             step_s=p_end - p0, data_wait_s=p_data - p0, host_pre_forward_s=p_fwd - p0,
-            drill_sleep_s=p_fwd - p_data if self.drills.sleep_s else 0.0, forward_s=p_bwd - p_fwd,
+            drill_sleep_s=p_fwd - p_data if self.drills.sleeps_at(step) else 0.0, forward_s=p_bwd - p_fwd,
             backward_s=p_opt - p_bwd, optimizer_s=p_end - p_opt, batch_size=self.spec.data.batch_size,
             profiled=profiled,
         )

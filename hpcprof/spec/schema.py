@@ -156,8 +156,11 @@ class Drills:
     """Known faults injected on purpose, to check that the analysis finds them."""
 
     straggler: str = ""
-    """"RANK:MS": that rank sleeps MS milliseconds on the host before each step's forward pass
-    (a slow input pipeline on one node). Empty: off."""
+    """"RANK:MS" or "RANK:MS:EVERY": that rank sleeps MS milliseconds on the host before the
+    forward pass of every step (a slow input pipeline on one node), or only of the steps whose
+    number is a multiple of EVERY. With EVERY = 2 the truth is measured inside one run: the median
+    step time of drilled steps minus that of undrilled ones, so drift between runs cancels.
+    Empty: off."""
     crash: str = ""
     """"RANK:STEP": that rank raises at that step. Empty: off."""
     clock_skew: str = ""
@@ -169,7 +172,25 @@ class Drills:
     @property
     def straggler_rank_ms(self) -> tuple[int, float] | None:
         """The straggler drill as (rank, milliseconds), or None when off."""
-        return _parse_pair(self.straggler, "drills.straggler", "RANK:MS", float) if self.straggler else None
+        d = self.straggler_drill
+        return (d[0], d[1]) if d else None
+
+    @property
+    def straggler_drill(self) -> tuple[int, float, int] | None:
+        """The straggler drill as (rank, milliseconds, every), or None when off (every = 1: each step)."""
+        if not self.straggler:
+            return None
+        m = re.fullmatch(r"\s*(\d+)\s*:\s*([0-9.]+)\s*(?::\s*(\d+)\s*)?", str(self.straggler))
+        try:
+            if not m:
+                raise ValueError
+            rank, ms, every = int(m.group(1)), float(m.group(2)), int(m.group(3) or 1)
+        except ValueError:
+            raise SpecError(f"drills.straggler must look like RANK:MS or RANK:MS:EVERY (e.g. 2:50 or 1:60:2), "
+                            f"got {self.straggler!r}") from None
+        if every < 1:
+            raise SpecError(f"drills.straggler: EVERY must be >= 1 (1: every step), got {every}")
+        return rank, ms, every
 
     @property
     def clock_skew_node_ms(self) -> tuple[str, float] | None:

@@ -40,11 +40,12 @@ Model (README.md, "Straggler flag", says the same in prose):
 - Step starts are inputs: lateness a rank brings into a step was made in the previous step.
 
 Flag rule: a rank is a straggler when its cost exceeds max(NOISE_FLOOR_MS, REL_THRESHOLD x that
-step's time) in more than MIN_STEP_SHARE of the profiled steps; stragglers are ordered by their
+step's time) in at least MIN_STEP_SHARE of the profiled steps; stragglers are ordered by their
 mean cost. NOISE_FLOOR_MS (1 ms): below it scheduling and clock jitter dominate, and nothing a user
 could fix is that small per step; REL_THRESHOLD (5%): a rank costing less than a twentieth of the
-step is not worth chasing before the job's other recommendations; MIN_STEP_SHARE (0.5, strictly
-more): a straggler is late in most steps, not once.
+step is not worth chasing before the job's other recommendations; MIN_STEP_SHARE (0.5, at least
+half): a straggler is late persistently or periodically (a rank late every second step, as a
+periodic checkpoint, GC or slow shard causes, costs the job its mean cost every step), not once.
 
 Cause: in the windows before the straggler's late arrivals (the segments of the collectives where
 it arrived last, and its tail when it ended the step last), the time in each category minus the
@@ -390,7 +391,7 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
     }).reset_index()
     stragglers = []
     for row in per_rank.sort_values(["whatif_cost_ms_per_step", "rank"], ascending=[False, True]).itertuples():
-        if not row.steps_above_share > MIN_STEP_SHARE:
+        if not row.steps_above_share >= MIN_STEP_SHARE:
             continue
         mine = costs[costs["rank"] == row.rank]
         total = float(mine["cost_ms"].clip(lower=0).sum())
