@@ -30,7 +30,11 @@ CSV_COLUMNS: dict[str, dict[str, str]] = {
                     "stddev": "stddev_us"},
     "idle_breakdown": {"idle_time": "idle_time_us"},
     "steps_all": {"t_start": "t_start_unix_s", "t_end": "t_end_unix_s"},
+    "kernel_launches": {"cpu_duration": "cpu_duration_us", "gpu_duration": "gpu_duration_us",
+                        "launch_delay": "launch_delay_us"},
 }
+UNITLESS = ("ratio", "share", "confidence", "score", "slowdown", "node", "name", "count", "rank", "step")
+"""Column-name words of quantities without a unit (fractions, scores, labels, counts)."""
 """Per table, CSV column renames that put the unit in the name (the other columns have one already)."""
 
 _RULES = (
