@@ -1,5 +1,6 @@
 """Helpers shared by the test modules: running hpcprof's CLIs as a user would (subprocesses of this
-interpreter), and a small CPU job spec that keeps runs to a few seconds. Imported as a plain module
+interpreter), a small CPU job spec that keeps runs to a few seconds, and the in-run truth of a
+straggler drill (`drill_truth`, shared by the local and the SLURM drills). Imported as a plain module
 (`from helpers import ...`); fixtures live in conftest.py."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,3 +35,77 @@ def run_cli(module: str, *args: str, timeout: float = 300, env: dict | None = No
         env=full_env,
         cwd=cwd or REPO,
     )
+
+
+# The step-record keys the drill truth reads (hpcprof.rundir.records.StepRecord).
+_DRILL_KEYS = ("step", "rank", "step_s", "drill_sleep_s", "profiled")
+
+
+@dataclass(frozen=True)
+class DrillTruth:
+    """What a straggler drill (`--inject-straggler RANK:MS:EVERY`) really cost, measured in the
+    drill run itself from its step records."""
+
+    truth_ms: float
+    """Job step time of the drilled steps minus that of the undrilled steps (medians, after warm-up)."""
+    expected_cost_ms: float
+    """What the drilled rank costs per profiled step: truth x drilled profiled steps / profiled steps."""
+    drilled_profiled: int
+    profiled: int
+    drilled: int
+    undrilled: int
+
+
+def drill_truth(steps: Path | dict[int, list[dict]], warmup_steps: int = 3) -> DrillTruth:
+    """The known answer of a periodic straggler drill, measured INSIDE one run.
+
+    Why inside one run: the drilled and the undrilled steps alternate in the same run, so drift of
+    the machine (other work, frequency, caches) hits both alike and cancels in the difference; two
+    runs compared with each other differ by more than the drill on a shared machine.
+
+    Per global step, the job's step time is the median over ranks of `step_s` (each rank's record
+    of the step; the ranks synchronise in every step, so a late rank lengthens all of them). A
+    step is drilled when some rank slept in it (`drill_sleep_s` > 0). Steps below `warmup_steps`
+    are left out (first iterations allocate and warm caches). The truth is the median job step
+    time over drilled steps minus the median over undrilled steps; the analysis averages a rank's
+    cost over the profiled steps, so what it should report is the truth scaled by the share of
+    drilled steps among the profiled ones.
+
+    `steps` is a run's steps/ folder (rank-<r>.jsonl) or {rank: [step records]}; lines that are
+    not JSON objects with the step-record keys are skipped, as the analysis skips them."""
+    import json
+    import statistics
+
+    if isinstance(steps, (str, Path)):
+        records: dict[int, list[dict]] = {}
+        for path in sorted(Path(steps).glob("rank-*.jsonl")):
+            for line in path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and all(k in rec for k in _DRILL_KEYS):
+                    records.setdefault(int(rec["rank"]), []).append(rec)
+    else:
+        records = steps
+    if not records:
+        raise ValueError(f"no step records in {steps}")
+    by_step: dict[int, list[dict]] = {}
+    for recs in records.values():
+        last = {int(r["step"]): r for r in recs}  # a requeued run may repeat a step: its last record
+        for step, rec in last.items():
+            by_step.setdefault(step, []).append(rec)
+    drilled, undrilled, profiled, drilled_profiled = [], [], 0, 0
+    for step, recs in sorted(by_step.items()):
+        if step < warmup_steps:
+            continue
+        slept = any(float(r["drill_sleep_s"]) > 0 for r in recs)
+        (drilled if slept else undrilled).append(statistics.median(float(r["step_s"]) for r in recs) * 1e3)
+        if any(r["profiled"] for r in recs):
+            profiled += 1
+            drilled_profiled += slept
+    if not drilled or not undrilled or not profiled:
+        raise ValueError(f"the drill truth needs drilled, undrilled and profiled steps after step {warmup_steps}: "
+                         f"{len(drilled)} drilled, {len(undrilled)} undrilled, {profiled} profiled in {steps}")
+    truth = statistics.median(drilled) - statistics.median(undrilled)
+    return DrillTruth(truth, truth * drilled_profiled / profiled, drilled_profiled, profiled, len(drilled), len(undrilled))

@@ -1,0 +1,68 @@
+"""Known answers for tests/helpers.drill_truth, the in-run truth every live straggler drill is
+checked against: hand-written step records whose drilled and undrilled step times are chosen so
+the medians, the warm-up cut and the profiled share are each visible in the result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import drill_truth
+
+
+def rec(step: int, rank: int, step_ms: float, sleep_ms: float = 0.0, profiled: bool = False) -> dict:
+    return {"step": step, "rank": rank, "step_s": step_ms / 1e3, "drill_sleep_s": sleep_ms / 1e3,
+            "profiled": profiled, "epoch": 0, "t_start": 0.0, "t_end": 0.0}
+
+
+def drill_records(every: int = 2) -> dict[int, list[dict]]:
+    """3 ranks, steps 0..11, rank 1 sleeps 60 ms on even steps; steps 4..7 profiled.
+    Undrilled job step time (median over ranks) 100 ms, drilled 160 ms, except: warm-up steps 0-2
+    are 900 ms (must be ignored), and one rank is an outlier in every step (the median ignores it)."""
+    out: dict[int, list[dict]] = {0: [], 1: [], 2: []}
+    for step in range(12):
+        drilled = step % every == 0
+        base = 900.0 if step < 3 else (160.0 if drilled else 100.0)
+        prof = 4 <= step <= 7
+        out[0].append(rec(step, 0, base, profiled=prof))
+        out[1].append(rec(step, 1, base + 1.0, 60.0 if drilled else 0.0, prof))
+        out[2].append(rec(step, 2, base + 500.0, profiled=prof))
+    return out
+
+
+def test_truth_is_drilled_minus_undrilled_median_of_the_job_step_time():
+    t = drill_truth(drill_records())
+    # job step time per step = median of (base, base + 1, base + 500) = base + 1
+    assert t.truth_ms == pytest.approx(60.0)
+    assert (t.drilled, t.undrilled) == (4, 5)  # steps 3..11: 4, 6, 8, 10 drilled
+    assert (t.profiled, t.drilled_profiled) == (4, 2)
+    assert t.expected_cost_ms == pytest.approx(30.0)
+
+
+def test_warmup_steps_are_left_out():
+    # steps 0 and 2 drilled at 1000 ms (a cold start), 1 and 3 undrilled at 100 ms, 4 drilled at 160 ms
+    times = {0: (1000.0, True), 1: (100.0, False), 2: (1000.0, True), 3: (100.0, False), 4: (160.0, True)}
+    recs = {r: [rec(s, r, ms, 60.0 if (d and r == 1) else 0.0, s >= 3) for s, (ms, d) in times.items()] for r in (0, 1)}
+    assert drill_truth(recs, warmup_steps=3).truth_ms == pytest.approx(60.0)
+    assert drill_truth(recs, warmup_steps=0).truth_ms == pytest.approx(900.0)
+
+
+def test_every_third_step_scales_the_expected_cost_by_the_drilled_profiled_share():
+    t = drill_truth(drill_records(every=3))  # profiled 4..7: only 6 drilled
+    assert t.truth_ms == pytest.approx(60.0)
+    assert (t.profiled, t.drilled_profiled) == (4, 1)
+    assert t.expected_cost_ms == pytest.approx(15.0)
+
+
+def test_reads_a_steps_folder_skipping_lines_that_are_not_step_records(tmp_path):
+    for rank, recs in drill_records().items():
+        lines = [json.dumps(r) for r in recs] + ["not json", json.dumps({"note": "resumed"})]
+        (tmp_path / f"rank-{rank}.jsonl").write_text("\n".join(lines) + "\n")
+    assert drill_truth(tmp_path) == drill_truth(drill_records())
+
+
+def test_a_run_without_drilled_steps_is_an_error_naming_the_counts():
+    recs = {0: [rec(s, 0, 100.0, profiled=True) for s in range(10)]}
+    with pytest.raises(ValueError, match="0 drilled, 7 undrilled"):
+        drill_truth(recs)
