@@ -97,8 +97,9 @@ def _refuse_existing(run: RunDir) -> None:
     is only ever created here, by this call), and writing into it would mix or replace its files."""
     root = run.root
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        what = "holds a run" if run.manifest_path.exists() else ("is not a folder" if not root.is_dir() else "is not empty")
-        raise LaunchError(f"{root} already exists and {what}; choose another --name (or --runs-dir); nothing was changed")
+        what = "already holds a run" if run.manifest_path.exists() else (
+            "already exists and is not a folder" if not root.is_dir() else "already exists and is not empty")
+        raise LaunchError(f"{root} {what}; choose another --name (or --runs-dir); nothing was changed")
 
 
 def _remove_never_started(run: RunDir, error: str | None = None) -> None:
