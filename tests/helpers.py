@@ -109,3 +109,38 @@ def drill_truth(steps: Path | dict[int, list[dict]], warmup_steps: int = 3) -> D
                          f"{len(drilled)} drilled, {len(undrilled)} undrilled, {profiled} profiled in {steps}")
     truth = statistics.median(drilled) - statistics.median(undrilled)
     return DrillTruth(truth, truth * drilled_profiled / profiled, drilled_profiled, profiled, len(drilled), len(undrilled))
+
+
+def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, cause: str = "host_gap",
+                                   tolerance: float = 0.15) -> str:
+    """The checks of issue 10's live drills, one definition for the local and the SLURM drill: the
+    drilled rank is named first with `cause`, its cost per step is within `tolerance` of the in-run
+    truth scaled to the profiled steps, and the console's top straggler, the report's first
+    straggler row and the first recommendation name that rank. Returns a one-line figure."""
+    import re
+
+    from hpcprof.analysis.outputs.console import console_summary
+
+    strag = summary["stragglers"]
+    figure = (f"truth {truth.truth_ms:.1f} ms on drilled steps, expected cost {truth.expected_cost_ms:.1f} ms/step "
+              f"({truth.drilled_profiled} of {truth.profiled} profiled steps drilled), estimated "
+              f"{strag[0]['cost_ms_per_step'] if strag else 0.0:.1f} ms/step for rank {strag[0]['rank'] if strag else None}")
+    assert strag, f"no straggler flagged in the drill run; {figure}; per rank: " + str(
+        [(r["rank"], r.get("whatif_cost_ms_per_step")) for r in summary["per_rank"]])
+    top = strag[0]
+    assert top["rank"] == rank, (figure, strag)
+    assert top["cause"] == cause, (top["cause"], top.get("cause_detail"))
+    assert truth.expected_cost_ms > 0, figure
+    assert abs(top["cost_ms_per_step"] - truth.expected_cost_ms) <= tolerance * truth.expected_cost_ms, figure
+
+    console = re.search(r"top straggler: rank (\d+)", console_summary(summary))
+    report = Path(summary["outputs"]["report"]).read_text()
+    section = report[report.index("<section id='stragglers'>"):]
+    section = section[:section.index("</section>")]
+    first_row = re.search(r"<tbody><tr><td[^>]*>(\d+)</td>", section)
+    first_rec = summary["recommendations"][0]["title"] if summary["recommendations"] else ""
+    named = {"console": console and int(console.group(1)), "report row": first_row and int(first_row.group(1)),
+             "recommendation": first_rec}
+    assert named["console"] == rank and named["report row"] == rank, named
+    assert first_rec.startswith(f"Straggler: rank {rank}"), named
+    return figure

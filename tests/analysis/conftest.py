@@ -1,5 +1,12 @@
 """Fixtures for the analysis tests: the shared real traces, bad variants built in tmp dirs, and one
-pair of real 4-rank local CPU runs (healthy + straggler drill) produced once per session."""
+pair of real 2-rank local CPU runs (healthy + periodic straggler drill) produced once per session.
+
+The drill is issue 10's design: 2 ranks on this 2-core machine (each rank gets cores // ranks torch
+threads, so no core is shared) and `--inject-straggler 1:60:2`, rank 1 sleeping on every second
+step. Its truth is measured inside the drill run (tests/helpers.drill_truth), so other work on the
+machine hits drilled and undrilled steps alike; the earlier 4-rank drill compared two runs on
+shared cores, could not measure its truth, and needed a busy-machine skip and an xfail.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +26,11 @@ DLRM = TRACES / "param_dlrm_8x_v100"
 SAMPLED = TRACES / "hta_sampled_2of128"
 KINETO0 = TRACES / "kineto_resnet50_v100_workers0"
 
-# The drill runs: tiny resnet18 on 32 px synthetic images, 4 gloo ranks on this machine.
-DRILL_RANKS = 4
+# The drill runs: tiny resnet18 on 32 px synthetic images, 2 gloo ranks on this machine. The
+# profiler window (steps 4-13) holds 10 steps, 5 drilled and 5 not; 30 steps give the truth 27 steps
+# after warm-up.
+DRILL_RANKS = 2
+DRILL = "1:60:2"
 DRILL_ARGS = [
     "--job", str(REPO / "jobs" / "demo-local.toml"),
     "--cluster", "local",
@@ -53,31 +63,7 @@ def write_trace(path: Path, doc: dict) -> Path:
     return path
 
 
-_LOADS: dict[str, float] = {}
-
-
-def cpu_busy_cores(window_s: float = 2.0) -> float:
-    """Cores kept busy by OTHER work right now: /proc/stat sampled over `window_s` while this test
-    process sleeps. (The 1-minute load average would also count this suite's own finished runs.)"""
-    def sample():
-        with open("/proc/stat") as fh:
-            v = [int(x) for x in fh.readline().split()[1:]]
-        idle = v[3] + (v[4] if len(v) > 4 else 0)
-        return sum(v) - idle, sum(v)
-    try:
-        b0, t0 = sample()
-        import time
-
-        time.sleep(window_s)
-        b1, t1 = sample()
-    except OSError:
-        return 0.0
-    return (b1 - b0) / max(t1 - t0, 1) * (os.cpu_count() or 1)
-
-
 def _submit(runs_dir: Path, name: str, extra: list[str]) -> Path:
-    # Other work on this machine distorts step times: note how busy it was just before the run.
-    _LOADS[name] = cpu_busy_cores()
     cmd = [sys.executable, "-m", "hpcprof.submit", *DRILL_ARGS, "--name", name, "--runs-dir", str(runs_dir), *extra]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     run = runs_dir / name
@@ -88,18 +74,12 @@ def _submit(runs_dir: Path, name: str, extra: list[str]) -> Path:
 
 @pytest.fixture(scope="session")
 def drill_runs(tmp_path_factory) -> dict[str, Path]:
-    """A healthy 4-rank run and the same run with `--inject-straggler 2:50`, produced once."""
+    """A healthy 2-rank run and the same run with `--inject-straggler 1:60:2`, produced once."""
     runs = tmp_path_factory.mktemp("runs")
     return {
         "healthy": _submit(runs, "healthy", []),
-        "drill": _submit(runs, "drill", ["--inject-straggler", "2:50"]),
+        "drill": _submit(runs, "drill", ["--inject-straggler", DRILL]),
     }
-
-
-@pytest.fixture(scope="session")
-def drill_loads(drill_runs) -> dict[str, float]:
-    """Cores busy with other work just before each drill run was started."""
-    return dict(_LOADS)
 
 
 @pytest.fixture(scope="session")
