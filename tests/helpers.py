@@ -54,6 +54,10 @@ class DrillTruth:
     profiled: int
     drilled: int
     undrilled: int
+    uncertainty_ms: float = 0.0
+    """Standard error of the truth (of two medians: 1.25 x the standard deviation / sqrt(n) each).
+    On a quiet 2-core machine it is a few ms; under heavy load (other jobs) the step times scatter by
+    hundreds of ms and the truth is not resolved: a failing drill then says so in its message."""
 
 
 def drill_truth(steps: Path | dict[int, list[dict]], warmup_steps: int = 3) -> DrillTruth:
@@ -108,7 +112,8 @@ def drill_truth(steps: Path | dict[int, list[dict]], warmup_steps: int = 3) -> D
         raise ValueError(f"the drill truth needs drilled, undrilled and profiled steps after step {warmup_steps}: "
                          f"{len(drilled)} drilled, {len(undrilled)} undrilled, {profiled} profiled in {steps}")
     truth = statistics.median(drilled) - statistics.median(undrilled)
-    return DrillTruth(truth, truth * drilled_profiled / profiled, drilled_profiled, profiled, len(drilled), len(undrilled))
+    se = 1.25 * sum((statistics.pstdev(v) ** 2) / len(v) for v in (drilled, undrilled)) ** 0.5
+    return DrillTruth(truth, truth * drilled_profiled / profiled, drilled_profiled, profiled, len(drilled), len(undrilled), se)
 
 
 def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, cause: str = "host_gap",
@@ -122,7 +127,7 @@ def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, 
     from hpcprof.analysis.outputs.console import console_summary
 
     strag = summary["stragglers"]
-    figure = (f"truth {truth.truth_ms:.1f} ms on drilled steps, expected cost {truth.expected_cost_ms:.1f} ms/step "
+    figure = (f"truth {truth.truth_ms:.1f} +/- {truth.uncertainty_ms:.1f} ms on drilled steps, expected cost {truth.expected_cost_ms:.1f} ms/step "
               f"({truth.drilled_profiled} of {truth.profiled} profiled steps drilled), estimated "
               f"{strag[0]['cost_ms_per_step'] if strag else 0.0:.1f} ms/step for rank {strag[0]['rank'] if strag else None}")
     assert strag, f"no straggler flagged in the drill run; {figure}; per rank: " + str(

@@ -38,6 +38,7 @@ def test_truth_is_drilled_minus_undrilled_median_of_the_job_step_time():
     assert (t.drilled, t.undrilled) == (4, 5)  # steps 3..11: 4, 6, 8, 10 drilled
     assert (t.profiled, t.drilled_profiled) == (4, 2)
     assert t.expected_cost_ms == pytest.approx(30.0)
+    assert t.uncertainty_ms == pytest.approx(0.0)  # every drilled step alike, every undrilled alike
 
 
 def test_warmup_steps_are_left_out():
@@ -46,6 +47,8 @@ def test_warmup_steps_are_left_out():
     recs = {r: [rec(s, r, ms, 60.0 if (d and r == 1) else 0.0, s >= 3) for s, (ms, d) in times.items()] for r in (0, 1)}
     assert drill_truth(recs, warmup_steps=3).truth_ms == pytest.approx(60.0)
     assert drill_truth(recs, warmup_steps=0).truth_ms == pytest.approx(900.0)
+    # the scatter of the cold start shows in the uncertainty: drilled (1000, 1000, 160), undrilled (100, 100)
+    assert drill_truth(recs, warmup_steps=0).uncertainty_ms == pytest.approx(1.25 * (156800 / 3) ** 0.5)
 
 
 def test_every_third_step_scales_the_expected_cost_by_the_drilled_profiled_share():
