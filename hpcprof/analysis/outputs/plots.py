@@ -66,7 +66,8 @@ def straggler_chart(per_step: pd.DataFrame, stragglers: list[dict], threshold_ms
     ax.set_xticks(x, _labels(m.index, nodes), fontsize=8)
     ax.set_ylabel("ms per profiled step")
     ax.set_title("Per rank: cost to the job, and its own waiting")
-    _legend_right(ax, handles=[
+    # below the axes: on the right it would run into the heat map's rank labels
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False, handles=[
         Patch(color=FLAG, label="cost to the job (flagged straggler)"), Patch(color=NORMAL, label="cost to the job"),
         Patch(color=SUFFERED, label="it waits for others"),
         plt.Line2D([], [], color="#555", ls="--", label=f"threshold {threshold_ms:.1f} ms")])

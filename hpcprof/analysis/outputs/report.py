@@ -201,7 +201,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
             f"cause {esc(x.get('cause'))}." + (f" Where to look: {w}." if (w := where_to_look(s, colls, int(x['rank']))) else "") + "</li>" for x in strag) + "</ul>"
         body += table(pd.DataFrame(strag), columns=["rank", "node", "cost_ms_per_step", "cost_ms_per_step_median", "blocked_wait_ms_per_step", "cause", "confidence", "late_in_steps_share"])
     else:
-        body += "<p>No straggler: no rank makes the others wait beyond the noise threshold.</p>"
+        body += "<p>No straggler: no rank costs the job more than the noise threshold in most profiled steps.</p>"
     body += _chart("stragglers", "Straggler cost and waiting per rank and step", plots, omitted)
     section("stragglers", body)
     # throughput and step time

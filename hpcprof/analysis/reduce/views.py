@@ -6,8 +6,9 @@ Why a recommendation here and not in recommend.py: it reads only these tables, a
 stated next to the numbers it uses:
 - the GPU waits on launches on a rank when more than SHORT_SHARE of its GPU events are shorter than
   the launch call that started them (the CPU cannot issue work as fast as the GPU finishes it) and
-  HTA's idle-time breakdown puts at least HOST_WAIT_PCT of that rank's GPU time in `host_wait`
-  (the GPU idle because the host had not launched the next kernel);
+  at least HOST_WAIT_PCT of that rank's GPU time (first to last kernel) is idle in HTA's
+  `host_wait` category (HTA's GPU idle % split by the categories' shares of the idle-time
+  breakdown, summed over streams: the GPU idle because the host had not launched the next kernel);
 - its score is the host-wait share of GPU time, like the other recommendations' scores (the share of
   the step a fix could win).
 """
@@ -44,13 +45,15 @@ def launch_recommendation(summary: pd.DataFrame, idle: pd.DataFrame, per_rank: p
     """The 'GPU waits on kernel launches' recommendation, or None (see the module docstring)."""
     if summary.empty or idle is None or idle.empty or "idle_category" not in idle:
         return None
-    # per rank, the stream that waited longest for the host (streams overlap in time: no sum)
-    host_wait = idle[idle["idle_category"] == "host_wait"].groupby("rank")["idle_time"].max()
-    span = per_rank.set_index("rank")["kernel_time_us"] if "kernel_time_us" in per_rank else pd.Series(dtype=float)
+    # HTA's GPU idle % of the rank, split by the idle-time breakdown's category shares (summed over
+    # streams), as the idle chart shows it
+    by_cat = idle.groupby(["rank", "idle_category"])["idle_time"].sum().unstack(fill_value=0.0)
+    idle_pct = per_rank.set_index("rank")["idle_pct"] if "idle_pct" in per_rank else pd.Series(dtype=float)
     hits = []
     for row in summary.itertuples(index=False):
-        k = float(span.get(row.rank, 0.0) or 0.0)
-        hw = 100 * float(host_wait.get(row.rank, 0.0)) / k if k else 0.0
+        total = float(by_cat.loc[row.rank].sum()) if row.rank in by_cat.index else 0.0
+        share = float(by_cat.loc[row.rank].get("host_wait", 0.0)) / total if total else 0.0
+        hw = float(idle_pct.get(row.rank, 0.0) or 0.0) * share
         if row.short_kernel_share > SHORT_SHARE and hw >= HOST_WAIT_PCT:
             hits.append((hw, row))
     if not hits:
