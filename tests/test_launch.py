@@ -179,5 +179,5 @@ def test_existing_run_directory_is_never_overwritten(healthy):
     _, run = healthy
     before = run.manifest_path.read_text()
     proc = run_cli("hpcprof.submit", *FAST_FLAGS, "--runs-dir", str(run.root.parent), "--name", run.name, timeout=60)
-    assert proc.returncode == 2 and "already holds a run" in proc.stdout
+    assert proc.returncode == 2 and "holds a run" in proc.stdout and "nothing was changed" in proc.stdout
     assert run.manifest_path.read_text() == before
