@@ -11,7 +11,7 @@ def console_summary(summary: dict) -> str:
     state = summary.get("run_state") or {}
     if state.get("state") not in (None, "unknown"):
         lines.append(describe(state))  # first: a running, crashed or stopped job is not read as a finished one
-    lines.append(f"hpcprof analysis of {summary['source']}: {len(summary['ranks_analyzed'])}/{summary['world_size']} ranks, device {summary['device']}")
+    lines.append(f"hpcprof analysis of {summary['source']}: {len(summary['ranks_analyzed'])}/{summary['world_size']} ranks, device {summary['device']}{' (' + summary['device_name'] + ')' if summary.get('device_name') else ''}")
     hdr = f"{'rank':>4}  {'node':<14} {'step ms':>9} {'idle %':>7} {'comp %':>7} {'overlap %':>9}"
     lines.append(hdr)
 
@@ -19,7 +19,7 @@ def console_summary(summary: dict) -> str:
         return f"{v:>{w}.{d}f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>{w}}"
 
     for r in summary["per_rank"]:
-        lines.append(f"{r['rank']:>4}  {str(r['node'] or '?')[:14]:<14} {f(r['step_time_ms'], 9)} {f(r['idle_pct'], 7)} {f(r['compute_pct'], 7)} {f(r['comm_comp_overlap_pct'], 9)}")
+        lines.append(f"{r['rank']:>4}  {str(r['node'] or 'unknown')[:14]:<14} {f(r['step_time_ms'], 9)} {f(r['idle_pct'], 7)} {f(r['compute_pct'], 7)} {f(r['comm_comp_overlap_pct'], 9)}")
     line = throughput_line(summary.get("throughput"))
     idle = [r["idle_pct"] for r in summary["per_rank"] if isinstance(r.get("idle_pct"), (int, float))]
     if idle and summary["device"] == "cuda":  # as the tutorials show it: utilisation next to throughput

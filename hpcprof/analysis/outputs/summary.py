@@ -49,12 +49,13 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "ranks_analyzed": sorted(red.metas),
         "run_state": red.run_state,
         "device": red.device,
+        "device_name": ", ".join(sorted({str(m["device_name"]) for m in red.metas.values() if m.get("device_name")})) or None,
         "warnings": warnings,
         "per_rank": [{k: row[k] for k in PER_RANK_FIELDS} for row in red.per_rank.to_dict("records")],
         "kernel_breakdown": [
             {"kernel_type": k, "time_us": float(t), "pct": float(p)} for k, t, p in zip(kb["kernel_type"], kb["sum"], kb["percentage"])
         ]
-        if red.device == "cuda"
+        if red.device != "cpu"
         else None,
         "stragglers": red.stragglers,
         **_whatif_fields(red),

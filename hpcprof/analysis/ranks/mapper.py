@@ -116,7 +116,7 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
     loader = None
     if not tl.has_gpu:
         warnings.append(
-            f"{name} (rank {tm.rank}): no GPU kernels in the trace (CPU-only run, e.g. gloo backend), so HTA's "
+            f"{name} (rank {tm.rank}): no GPU kernels or other device-stream activity in the trace (CPU-only run, e.g. gloo backend), so HTA's "
             "GPU analyses (temporal, idle-time, overlap, kernel breakdown) have nothing to measure: their fields are null"
         )
     else:
@@ -151,7 +151,7 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
         "world_size": tm.world_size,
         "backend": tm.backend,
         "host": tm.host,
-        "device": "cuda" if tl.has_gpu else "cpu",
+        "device": tl.device_kind,
         "device_name": next((dp.get("name") for dp in tm.device_properties if isinstance(dp, dict)), None),
         "gpu_memory_total_bytes": total_mem,
         "gpu_memory_peak_bytes": tl.memory_peak_bytes,

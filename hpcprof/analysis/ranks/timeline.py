@@ -86,6 +86,8 @@ class RankTimeline:
     gpu_memory: Intervals
     gpu_comm: Intervals
     has_gpu: bool
+    device_kind: str = "cpu"
+    """"cuda" (CUDA/ROCm kernel categories), "accelerator" (device-stream activity without them, e.g. MTIA), "cpu"."""
     collectives: list[dict] = field(default_factory=list)
     memory_peak_bytes: float | None = None
     device_launch: np.ndarray = field(default_factory=lambda: np.empty(0))  # host launch time of each device op (NaN: unknown)
@@ -182,6 +184,13 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     end = ts + dur
     cat_v = cat.to_numpy(dtype=object)
     is_gpu = x & cat.isin(GPU_CATS).to_numpy()
+    device_kind = "cuda" if is_gpu.any() else "cpu"
+    if not is_gpu.any() and "stream" in ev:
+        # Other accelerators (MTIA...) have no CUDA event categories: as HTA does (stream != -1),
+        # an event on a device stream is device activity, classified by name like a kernel.
+        stream_v = pd.to_numeric(ev["stream"], errors="coerce").to_numpy(dtype=float)
+        is_gpu = x & (stream_v >= 0) & ~cat.isin(HOST_CATS).to_numpy()
+        device_kind = "accelerator" if is_gpu.any() else "cpu"
     is_host = x & cat.isin(HOST_CATS).to_numpy()
 
     tid = col("tid", pd.Series([None] * n)).to_numpy(dtype=object)
@@ -279,6 +288,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
         gpu_memory=Intervals(ts[memory], end[memory]),
         gpu_comm=Intervals(ts[comm], end[comm]),
         has_gpu=bool(is_gpu.any()),
+        device_kind=device_kind,
         collectives=collectives,
         memory_peak_bytes=mem_peak,
         device_launch=dev_launch,
