@@ -22,7 +22,7 @@ def console_summary(summary: dict) -> str:
         lines.append(f"{r['rank']:>4}  {str(r['node'] or 'unknown')[:14]:<14} {f(r['step_time_ms'], 9)} {f(r['idle_pct'], 7)} {f(r['compute_pct'], 7)} {f(r['comm_comp_overlap_pct'], 9)}")
     line = throughput_line(summary.get("throughput"))
     idle = [r["idle_pct"] for r in summary["per_rank"] if isinstance(r.get("idle_pct"), (int, float))]
-    if idle and summary["device"] == "cuda":  # as the tutorials show it: utilisation next to throughput
+    if idle and summary["device"] != "cpu":  # as the tutorials show it: utilisation next to throughput
         line += f"; GPU busy {100 - sum(idle) / len(idle):.1f}% of the profiled steps (HTA, mean over ranks)"
     lines.append(line)
     if summary["stragglers"]:

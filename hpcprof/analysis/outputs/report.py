@@ -232,7 +232,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     section("timeline", body or "<p class='none'>(no merged timeline)</p>")
     section("per-rank", table(tables.get("per_rank"), columns=[c for c in (tables.get("per_rank") if tables.get("per_rank") is not None else pd.DataFrame()).columns if not c.endswith("_us")])
             + _chart("idle", "Time breakdown per rank", plots, omitted))
-    if s.get("device") == "cuda":
+    if s.get("device") not in (None, "cpu"):  # CUDA/ROCm or another accelerator (MTIA)
         body = _chart("overlap", "Communication/computation overlap", plots, omitted) + _chart("kernel_types", "Kernel types", plots, omitted)
         for key, title, rows in (("kernel_breakdown", "Kernel breakdown", 40), ("kernels_across_ranks", "Top kernels across ranks", 25), ("idle_breakdown", "Idle time per stream (HTA)", 40)):
             body += f"<h3>{esc(title)}</h3>" + table(tables.get(key), max_rows=rows, note=f"tables/{key}.csv")
