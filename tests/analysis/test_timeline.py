@@ -21,7 +21,7 @@ import pytest
 from hpcprof.analysis import analyze
 from hpcprof.rank.clock_skew import skew_trace_file
 
-from .conftest import DLRM, load_trace, require, write_trace
+from .conftest import DLRM, DRILL_ARGS, DRILL_RANKS, load_trace, require, write_trace
 
 NAME_RE = re.compile(r"^rank (\d+) · (.+) · (.+)$")
 SKEW_MS = 3.7
@@ -144,11 +144,11 @@ def test_cpu_run_timeline(cpu_run, tmp_path):
     s = analyze(cpu_run, out=tmp_path / "an", workers=2, progress=False)
     doc = read_timeline(tmp_path / "an")
     names = processes(doc)
-    assert sorted(names) == [0, 1, 2, 3]
+    assert sorted(names) == list(range(DRILL_RANKS))
     assert all(NAME_RE.match(n) and n.endswith("· cpu") for n in names.values())
     prof = sorted({int(x) for x in s["timeline"]["steps"]})
     steps = {int(e["name"].split("#")[1]) for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
-    assert steps == set(prof) and len(prof) == 10
+    assert steps == set(prof) and len(prof) == int(DRILL_ARGS[DRILL_ARGS.index("--profiler-active") + 1])
     assert any(e.get("name", "").startswith("gloo:") for e in doc["traceEvents"])
     # one clock: on one host the offset is exactly 0
     assert [h["offset_ms"] for h in s["clock_alignment"]["hosts"]] == [0.0]
