@@ -38,7 +38,9 @@ def _label(p: Path, taken: set[str]) -> str:
 
 
 def _writable(p: Path) -> bool:
-    return os.access(p, os.W_OK)
+    """Whether an analysis may go inside `p`: never into a read-only folder (shared trace sets), even
+    as root, for whom os.access says yes to everything (the same rule as analyze)."""
+    return bool(p.stat().st_mode & 0o222) and os.access(p, os.W_OK)
 
 
 def resolve(args: list[str], out_dir: Path, workers: int | None = None, use_cache: bool = True, progress: bool = True) -> list[Resolved]:

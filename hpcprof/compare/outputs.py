@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.outputs.report import CSS, _img, _table, esc
+from ..analysis.outputs.htmlparts import esc, table
+from ..analysis.outputs.report import CSS, _img
 
 
 def _clean(o):
@@ -118,16 +119,16 @@ def _html(out: Path, result: dict, runs: pd.DataFrame, deltas: pd.DataFrame, op_
     )
     if result["warnings"]:
         parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li class='warn'>{esc(w)}</li>" for w in result["warnings"]) + "</ul>")
-    parts.append("<h2>Runs</h2>" + _table(runs, left=("run", "verdict", "step_source")))
+    parts.append("<h2>Runs</h2>" + table(runs))
     for name, p in plots.items():
         parts.append(_img(p, name))
-    parts.append("<h2>Changes against the baseline</h2>" + _table(deltas, max_rows=200, left=("run", "baseline", "metric", "verdict")))
+    parts.append("<h2>Changes against the baseline</h2>" + table(deltas, max_rows=200))
     for od in result["op_deltas"]:
         label = od["run"]
         parts.append(f"<h2>Operators and kernels: {esc(od['baseline'])} &rarr; {esc(label)} (HTA TraceDiff, per profiled step)</h2>")
         for what in ("increases", "decreases", "added", "removed"):
             df = pd.DataFrame(od[what])
-            parts.append(f"<h3>{esc(what)}</h3>" + _table(df, max_rows=15, left=("kind", "name")))
+            parts.append(f"<h3>{esc(what)}</h3>" + table(df, max_rows=15))
     parts.append("</body></html>")
     path = out / "compare.html"
     path.write_text("".join(parts), encoding="utf-8")
