@@ -106,7 +106,7 @@ def test_manifest_has_job_versions_and_per_rank_entries(healthy):
 def test_straggler_drill_shows_in_step_files(healthy, straggler):
     _, base = healthy
     _, slow = straggler
-    assert slow.read_manifest()["drills"]["straggler"] == {"rank": 1, "ms": 80.0}
+    assert slow.read_manifest()["drills"]["straggler"] == {"rank": 1, "ms": 80.0, "every": 1}
     drilled = [r["host_pre_forward_s"] for r in slow.read_steps(1)]
     other = [r["host_pre_forward_s"] for r in slow.read_steps(0)]
     assert statistics.median(drilled) >= 0.080
