@@ -132,6 +132,9 @@ INJECTIONS = [
     (["--venv", "/opt/v;id"], "--venv"),
     (["--venv", "/opt/`id`"], "--venv"),
     (["--venv", "$HOME/venv"], "--venv"),
+    (["--venv", "/opt/my venv"], "--venv"),
+    (["--venv", "~/venv"], "--venv"),  # quoted, so never expanded: the shell must expand it first
+    (["--venv", "/opt/v'x"], "--venv"),
     (["--data-path", "/data; id"], "data.path"),
     (["--data-path", "/data\nid"], "data.path"),
     (["--runs-dir", "runs$(id)"], "runs_dir"),
@@ -228,3 +231,58 @@ def test_non_editable_install_renders_templates_from_another_directory(tmp_path)
     assert "#SBATCH --account=abc@v100" in sbatch_lines(res.stdout)
     assert "#SBATCH --nodes=2" in sbatch_lines(res.stdout)
     assert res.stdout.startswith("#!/bin/bash\n")
+
+
+def _run_rendered(script: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """Run a rendered script with bash outside SLURM: it must stop before srun, so no SLURM is needed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["SLURM_JOB_ID"] = "77"
+    return subprocess.run(["bash", str(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_script_whose_venv_lacks_hpcprof_stops_before_srun_with_one_line_saying_what_to_install(tmp_path):
+    venv = tmp_path / "venvs" / "empty"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    script = tmp_path / "job.slurm"
+    assert sbatch.main(["--template", "generic", "--venv", str(venv), "--output", str(script)]) == 0
+    res = _run_rendered(script, tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith(f"hpcprof: error: hpcprof is not importable by {venv}/bin/python ")
+    assert "No module named 'hpcprof'" in lines[0]
+    assert f"pip install hpcprof into the venv given with --venv: {venv}/bin/pip install" in lines[0]
+    assert not (tmp_path / "runs").exists(), "the script went past the check (it created the run directory)"
+
+
+def test_script_with_a_missing_venv_stops_with_one_line_naming_it(tmp_path):
+    script = tmp_path / "job.slurm"
+    missing = tmp_path / "no-such-venv"
+    assert sbatch.main(["--template", "jean-zay-v100", "--venv", str(missing), "--output", str(script)]) == 0
+    # The Jean Zay template runs `module purge` first; outside a module system, a no-op stands in.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "module").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "module").chmod(0o755)
+    env_path = f"{bin_dir}:{os.environ['PATH']}"
+    res = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                              "PATH": env_path, "SLURM_JOB_ID": "77"})
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stderr.splitlines() == [
+        f"hpcprof: error: no virtual environment at {missing} (--venv): create it with "
+        f"python -m venv --system-site-packages {missing}"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_script_passes_the_import_check_when_the_venv_holds_hpcprof(tmp_path):
+    """The check is not a wall: with this environment (hpcprof importable), the script goes on to srun."""
+    script = tmp_path / "job.slurm"
+    venv = Path(sys.executable).parent.parent
+    assert sbatch.main(["--template", "generic", "--venv", str(venv), "--output", str(script)]) == 0
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
+    env.update(SLURM_JOB_ID="77", SLURM_JOB_NODELIST="n1", PYTHONPATH=str(REPO), PATH="/usr/bin:/bin")  # no srun on this PATH
+    res = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert "not importable" not in res.stderr
+    assert "srun" in res.stderr and (tmp_path / "runs" / "resnet50-job77" / "logs").is_dir()

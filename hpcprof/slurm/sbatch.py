@@ -12,7 +12,9 @@ documented at its top. Rendering replaces three marked blocks of the template:
   the spec sets (nodes, tasks per node, GPUs, CPUs per task, partition, account, QoS, constraint,
   memory, time, job name, ``slurm_extra``) replaces or adds its line.
 - ``hpcprof:setup``: the environment, replaced when ``--module``, ``--venv`` or the spec's
-  ``resources.setup`` lines are given.
+  ``resources.setup`` lines are given. ``--venv`` also sets the one-line hint that the template's
+  check prints when the ranks' python cannot ``import hpcprof`` (the script stops there, before
+  ``srun``, with exit 1: a job without hpcprof would otherwise fail once per rank, in N logs).
 - ``hpcprof:args``: ``RUNS_DIR``, ``RUN_NAME`` and the spec as flags for ``python -m hpcprof.train``.
 
 Every value is validated before anything is written: a value holding shell syntax (``;``, ``$``,
@@ -223,8 +225,17 @@ def setup_lines(spec: JobSpec, options: RenderOptions) -> list[str] | None:
         lines.append("module load " + shlex.quote(check_value(f"--module (#{i + 1})", module)))
     if options.venv:
         venv = check_value("--venv", options.venv.rstrip("/") or "/")
+        activate = shlex.quote(venv + "/bin/activate")
+        # A missing venv is one line naming it (bash's own "No such file" names no option), and the
+        # import check before srun (in the template) says what to install into it.
+        missing = (f"hpcprof: error: no virtual environment at {venv} (--venv): create it with "
+                   f"python -m venv --system-site-packages {venv}")
+        lines.append(f"[ -f {activate} ] || {{ echo {shlex.quote(missing)} >&2; exit 1; }}")
         lines.append("# shellcheck source=/dev/null")  # the venv exists on the cluster only
-        lines.append(f"source {shlex.quote(venv + '/bin/activate')}")
+        lines.append(f"source {activate}")
+        hint = (f"pip install hpcprof into the venv given with --venv: {venv}/bin/pip install "
+                f"<hpcprof wheel or checkout> (README: On a cluster, day one)")
+        lines.append(f"HPCPROF_INSTALL_HINT={shlex.quote(hint)}")
     for i, line in enumerate(spec.resources.setup):
         line = check_shell_line(f"resources.setup[{i}]", line)
         if line.split()[0] in ("source", "."):
