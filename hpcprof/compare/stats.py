@@ -9,9 +9,10 @@ form the interval. The seed is fixed so the same inputs give the same verdict.
 Verdict: the change counts only when the interval excludes zero AND the point estimate is at
 least `min_change_pct` away from it. The second condition is there because steps within one run
 are not independent of the run (another job on the node, a slower host, the allocator's state):
-two runs of one spec differ by a few percent even when nothing changed, and the within-run
-bootstrap cannot see that between-run spread. The default margin is the one measured here
-(see README "Comparing runs").
+two runs of one spec differ even when nothing changed, and the within-run bootstrap cannot see
+that between-run spread. The default 3% is a floor against trivially small "significant" changes,
+not a measured spread: on a shared 2-core machine healthy pairs differed by up to x5 (benchmarks/
+README.md, "Run comparison"); it must be measured on dedicated cores before it is trusted.
 """
 
 from __future__ import annotations
