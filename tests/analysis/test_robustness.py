@@ -257,3 +257,40 @@ def test_inconsistent_clocks_on_one_host_are_warned_and_no_cost_exceeds_the_step
     step_ms = s["step_time"]["median_of_rank_medians_ms"]
     assert all(x["cost_ms_per_step"] < step_ms for x in s["stragglers"]), s["stragglers"]
     assert not any("Straggler" in r["title"] for r in s["recommendations"]), s["recommendations"]
+
+
+# ------------------------------------------------------------------ SIGKILL of analyze
+def test_sigkill_of_analyze_takes_its_worker_processes_with_it(dlrm_copy, tmp_path):
+    """The chart workers (forked when the reduce starts) and the map workers die with analyze."""
+    import os
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "hpcprof.analyze", str(dlrm_copy), "--out", str(tmp_path / "out"),
+                             "--workers", "2", "--quiet", "--no-cache"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: set[int] = set()
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not children:
+        try:
+            children = {int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()}
+        except OSError:
+            pass
+        time.sleep(0.05)
+    assert children, "analyze finished before it started a worker"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 3  # a worker mid-task would go on for much longer without PDEATHSIG
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    alive = children
+    while alive and time.time() < deadline:
+        alive = {p for p in alive if running(p)}
+        time.sleep(0.2)
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    assert not alive, f"workers left running after analyze was killed: {alive}"

@@ -38,7 +38,10 @@ class Charts:
         n = min(2, os.cpu_count() or 1)
         if n > 1 and "fork" in mp.get_all_start_methods():
             try:
-                self.pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"))
+                from ..executors.local import die_with_parent
+
+                self.pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"),
+                                                initializer=die_with_parent)
                 self.futs = [self.pool.submit(_import_plots) for _ in range(n)]  # start them now
             except OSError:
                 self.pool = None
