@@ -19,21 +19,21 @@ from .decode.load import discover_traces
 from .errors import AnalysisError
 from .executors import run_map
 from .executors.local import default_workers
-from .outputs.charts import Charts, draw_charts
 from .outputs.chart_plan import nothing_to_show
+from .outputs.charts import Charts, draw_charts
 from .outputs.console import console_summary
 from .outputs.layout import AnalysisDir
 from .outputs.rounding import round_summary
 from .outputs.report import write_report
 from .outputs.summary import build_summary, clean, write_summary
 from .outputs.tables import output_tables, write_tables
+from .outputs.timeline_trace import merged_timeline
 from .ranks.result import RankResult
 from .ranks.select import select_ranks
-from .outputs.timeline_trace import merged_timeline
 from .reduce.crossrank import reduce_ranks
+from .reduce.views import rank_views
 
 __all__ = ["AnalysisError", "analyze", "console_summary"]
-from .reduce.views import rank_views
 
 
 def analyze(
@@ -47,10 +47,10 @@ def analyze(
     console: bool = False,
     executor: str = "local",
     slurm=None,
-) -> dict[str, Any]:
-    """Analyse a run directory or a folder of Kineto traces; write outputs; return the summary dict.
     timeline_steps: Iterable[int] | None = None,
     timeline_max_events: int | None = None,
+) -> dict[str, Any]:
+    """Analyse a run directory or a folder of Kineto traces; write outputs; return the summary dict.
 
     `executor`: "local" (`workers` processes here) or "slurm" (a job array; `slurm`: its
     executors.slurm_array.SlurmOptions). `timeline_steps`: the profiled steps of the merged timeline
@@ -150,9 +150,9 @@ def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], 
         plots = draw_charts(charts, red, out, views, omitted)
         write_tables(tables, out.tables)  # while the charts are drawn
         summary = build_summary(src, out, red, manifest, world_size, warnings, plots)
+        summary.update(clock_alignment=clocks.to_dict(), timeline=timeline, charts_left_out=omitted)
         charts.wait()  # the report embeds the images
         write_report(out.root, clean(summary), tables, plots, omitted, manifest)
         return summary
     finally:
         charts.wait()
-        summary.update(clock_alignment=clocks.to_dict(), timeline=timeline, charts_left_out=omitted)
