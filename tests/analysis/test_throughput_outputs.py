@@ -45,7 +45,8 @@ def test_summary_console_report_and_table_show_throughput(run_with_steps):
     assert f"throughput: {tp['job']['median_samples_per_s']:.1f} samples/s" in line
     assert "epoch boundary 2" in line and "profiled 3 (those ran at 80.0 samples/s)" in line
     report = (run_with_steps / "analysis" / "report.html").read_text()
-    assert "<h2>Throughput</h2>" in report
+    assert "<h2>Throughput and step time</h2>" in report  # the report's own section (outputs/report.py)
+    assert f"{tp['job']['median_samples_per_s']:.1f} samples/s" in report
     t = pd.read_csv(run_with_steps / "analysis" / "tables" / "throughput_steps.csv")
     assert len(t) == 40 and t.set_index("step")["phase"][16] == "epoch_boundary"
     assert t.set_index("step")["samples_per_s"][13] == pytest.approx(80.0)
