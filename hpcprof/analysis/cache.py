@@ -28,7 +28,7 @@ from ..rundir import RunDir
 from .decode.load import file_digest
 from .outputs.layout import AnalysisDir
 
-ANALYSIS_VERSION = 7
+ANALYSIS_VERSION = 9  # 9: device-stream activity without CUDA categories is device work (MTIA)
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
 REDUCE_VERSION = 5
 META = "meta.json"
