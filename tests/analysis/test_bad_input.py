@@ -82,7 +82,8 @@ def test_other_job_world_size_named_and_rest_analysed(dlrm_copy, tmp_path, helpe
 def test_cpu_only_trace_gpu_fields_null_with_reason(cpu_run, tmp_path):
     s = analyze(cpu_run, out=tmp_path / "out", workers=2, progress=False)
     assert s["device"] == "cpu"
-    assert _ranks(s) == [0, 1, 2, 3]
+    assert _ranks(s) == list(range(len(list((cpu_run / "traces").glob("rank-*.pt.trace.json.gz")))))
+    assert len(_ranks(s)) >= 2
     for r in s["per_rank"]:
         assert r["idle_pct"] is None and r["compute_pct"] is None and r["comm_comp_overlap_pct"] is None
         assert r["step_time_ms"] and r["step_time_ms"] > 0
