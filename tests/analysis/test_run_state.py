@@ -68,7 +68,8 @@ def test_crashed_run_is_labelled_failed_with_the_rank_and_no_cut_off_step(tmp_pa
     assert trace_steps.empty or (trace_steps["step"] < 2).all(), trace_steps
     assert s["recommendations"] == [], s["recommendations"]
     html = (run / "analysis" / "report.html").read_text()
-    assert "failed" in html and "partial" in html
+    line = html.split("id='run-state'>", 1)[1].split("</p>", 1)[0]
+    assert "failed" in line and "rank 0" in line and "partial analysis" in line, line
 
 
 def test_job_analysed_while_it_is_still_stepping(tmp_path):

@@ -181,6 +181,11 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     p = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>hpcprof report: {esc(s.get('run_name'))}</title><style>{CSS}</style></head><body>"]
     p.append(f"<h1>hpcprof report: {esc(s.get('run_name'))}</h1>")
     p.append(f"<p class='sub'>{esc(len(s.get('ranks_analyzed', [])))} of {esc(s.get('world_size'))} ranks analysed, device {esc(s.get('device'))}; source <code>{esc(s.get('source'))}</code></p>")
+    state = s.get("run_state") or {}
+    if state.get("state") not in (None, "unknown"):  # a running, crashed or stopped job is not read as a finished one
+        from ...rundir.state import describe
+
+        p.append(f"<p class='{'warn' if state.get('partial') else 'sub'}' id='run-state'><b>{esc(describe(state))}</b></p>")
     p.append(_verdict(s, colls))
     cfg = run_config(manifest, s)
     p.append("<section id='config'><h2>Run configuration</h2><dl class='cfg'>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in cfg) + "</dl></section>")
