@@ -4,9 +4,13 @@ and --data-num-worker was silently taken for --data-num-workers)."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
 from helpers import run_cli
+from hpcprof.slurm.resources import SlurmResources
 
 @pytest.mark.parametrize("module", ["hpcprof.submit", "hpcprof.sbatch", "hpcprof.train"])
 def test_typo_in_a_flag_is_one_line_with_the_suggestion(module, tmp_path):
@@ -48,3 +52,31 @@ def test_the_other_commands_suggest_too(module, args, typo, flag, tmp_path):
     assert proc.returncode == 2
     assert f"unknown flag {typo} (did you mean {flag}?)" in proc.stdout, proc.stdout
     assert not any(tmp_path.iterdir())
+
+
+LAUNCH_FLAGS = ("--nodes", "--tasks-per-node", "--gpus-per-node", "--partition", "--account", "--qos",
+                "--constraint", "--time-min", "--mem-gb", "--job-name", "--slurm-extra", "--setup", "--cluster")
+
+
+def test_train_help_lists_only_what_a_rank_uses():
+    proc = run_cli("hpcprof.train", "--help", timeout=60)
+    assert proc.returncode == 0, proc.stdout
+    listed = set(re.findall(r"--[a-z][a-z0-9-]*", proc.stdout))
+    assert not listed & set(LAUNCH_FLAGS), f"train --help offers launch-only flags: {sorted(listed & set(LAUNCH_FLAGS))}"
+    for flag in ("--cpus-per-task", "--data-num-workers", "--train-steps", "--profiler-active",
+                 "--inject-straggler", "--runs-dir", "--name", "--job", "--set"):
+        assert flag in listed, flag
+    # Every flag sbatch or submit --help lists beyond those is a launch-only [resources] field.
+    submit = set(re.findall(r"--[a-z][a-z0-9-]*", run_cli("hpcprof.submit", "--help", timeout=60).stdout))
+    resource_fields = {field.name for field in dataclasses.fields(SlurmResources)}
+    hidden = {flag for flag in submit - listed if flag[2:].replace("-", "_") in resource_fields}
+    assert hidden and hidden <= set(LAUNCH_FLAGS), hidden
+
+
+def test_train_still_accepts_the_allocation_flags_of_scripts_rendered_before():
+    from hpcprof.rank.entry import build_parser
+    from hpcprof.spec import spec_from_args
+
+    spec = spec_from_args(build_parser().parse_args(
+        ["--nodes", "2", "--gpus-per-node", "4", "--partition", "gpu", "--time-min", "1500", "--train-steps", "7"]))
+    assert (spec.resources.nodes, spec.resources.partition, spec.train.steps) == (2, "gpu", 7)

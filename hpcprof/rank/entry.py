@@ -46,8 +46,11 @@ def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> dict[str, 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m hpcprof.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_spec_arguments(parser)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="The allocation (nodes, tasks, GPUs, partition, account, QoS, time...)\n"
+                                            "comes from SLURM or torchrun: submit and sbatch take those flags;\n"
+                                            "a rank accepts them only to record them in spec.toml.")
+    add_spec_arguments(parser, rank_only=True)
     return parser
 
 

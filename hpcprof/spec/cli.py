@@ -31,6 +31,17 @@ FLAG_ALIASES: dict[str, str] = {
     "drills.clock_skew": "--inject-clock-skew",
 }
 
+#: The [resources] fields a rank reads itself (torch threads per rank). The other [resources] fields
+#: describe the allocation, which a rank takes from SLURM or torchrun: ``python -m hpcprof.train``
+#: accepts them (scripts rendered before keep working; they are recorded in spec.toml) but its
+#: --help does not offer them, since ``--partition`` or ``--account`` mean nothing inside a rank.
+RANK_RESOURCES = frozenset({"resources.cpus_per_task"})
+
+
+def launch_only(dotted: str) -> bool:
+    """True for a field only the launcher uses (a [resources] field outside :data:`RANK_RESOURCES`)."""
+    return dotted.startswith("resources.") and dotted not in RANK_RESOURCES
+
 
 def flag_of(dotted: str) -> str:
     """The command-line flag of a field given by its dotted name (``data.num_workers``)."""
@@ -70,20 +81,23 @@ def _get(spec: JobSpec, dotted: str) -> Any:
     return getattr(getattr(spec, section), name) if section else getattr(spec, name)
 
 
-def add_field_argument(group, flag: str, dest: str, default: Any, doc: str) -> None:
+def add_field_argument(group, flag: str, dest: str, default: Any, doc: str, listed: bool = True) -> None:
     """One flag for one dataclass field: booleans as --x/--no-x, lists and tables repeatable, help =
-    the field's docstring and default. Values stay strings here: the schema's coercion converts
-    them, so a flag and a TOML key are checked by the same code."""
+    the field's docstring and default (none, and absent from --help, when not ``listed``). Values
+    stay strings here: the schema's coercion converts them, so a flag and a TOML key are checked by
+    the same code."""
     shown = json.dumps(default) if isinstance(default, (dict, list, str)) else default
     help_text = f"{doc} (default: {shown})".replace("%", "%%")
+    if not listed:
+        help_text = argparse.SUPPRESS
     if isinstance(default, bool):
         group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=help_text)
     elif isinstance(default, list):
         group.add_argument(flag, dest=dest, action="append", default=None, metavar="LINE",
-                           help=help_text + " (repeatable)")
+                           help=help_text if not listed else help_text + " (repeatable)")
     elif isinstance(default, dict):
         group.add_argument(flag, dest=dest, action="append", default=None, metavar="KEY=VALUE",
-                           help=help_text + " (repeatable)")
+                           help=help_text if not listed else help_text + " (repeatable)")
     else:
         group.add_argument(flag, dest=dest, default=None, metavar=type(default).__name__.upper(), help=help_text)
 
@@ -93,8 +107,10 @@ def _dest(dotted: str) -> str:
     return f"spec__{section}__{name}"
 
 
-def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --job, --set and one flag per spec field (help = the field's docstring and default)."""
+def add_spec_arguments(parser: argparse.ArgumentParser, rank_only: bool = False) -> None:
+    """Add --job, --set and one flag per spec field (help = the field's docstring and default).
+    ``rank_only`` (``python -m hpcprof.train``): the :func:`launch_only` fields are accepted but not
+    listed in --help."""
     parser.add_argument("--job", metavar="FILE", help="job spec (TOML), e.g. jobs/demo-local.toml")
     parser.add_argument(
         "--set",
@@ -109,7 +125,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         group = groups.get(section)
         if group is None:
             group = groups[section] = parser.add_argument_group(f"[{section}] fields" if section else "run")
-        add_field_argument(group, flag_of(dotted), _dest(dotted), default, doc)
+        add_field_argument(group, flag_of(dotted), _dest(dotted), default, doc,
+                           listed=not (rank_only and launch_only(dotted)))
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
