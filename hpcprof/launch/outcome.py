@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import time
 from typing import Any, Iterator
+
+from ..rundir import RunDir, RunDirError
+from ..rundir import manifest as run_manifest
+from .executors import LaunchError
 
 # sbatch / submitit messages -> what to do. Matched case-insensitively, first match wins.
 _SUBMIT_HINTS = (
@@ -173,3 +178,49 @@ def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dic
     if failures:
         return dict(failures[0], silent=False)
     return None
+
+
+def refuse_existing(run: RunDir) -> None:
+    """Never write into a directory that holds anything: it is not this job's run (a run of this job
+    is only ever created here, by this call), and writing into it would mix or replace its files."""
+    root = run.root
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        what = "already holds a run" if run.manifest_path.exists() else (
+            "already exists and is not a folder" if not root.is_dir() else "already exists and is not empty")
+        raise LaunchError(f"{root} {what}; choose another --name (or --runs-dir); nothing was changed")
+
+
+def remove_never_started(run: RunDir, error: str | None = None) -> None:
+    """Remove the run directory of a job that never started (only files this launch wrote are in
+    it: the refusal above guarantees it was empty). If it cannot be removed, mark it."""
+    try:
+        shutil.rmtree(run.root)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        with contextlib.suppress(OSError, RunDirError):
+            run_manifest.record_outcome(run, run_manifest.Outcome(
+                state="never_started", time=run_manifest.now_iso(), error=error))
+
+
+# SLURM job states in which the scheduler, not the ranks, ended the job (sacct's words)
+_SCHEDULER_ENDS = ("CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "DEADLINE", "BOOT_FAIL")
+
+
+def ended_by_scheduler(executor: str, job: Any) -> str | None:
+    """The SLURM state when the scheduler ended the job (scancel, time limit, memory, node), else
+    None: then the ranks' own outcomes tell what happened (a scancel used to read as two rank failures)."""
+    if executor != "slurm":
+        return None
+    try:
+        state = str(job.state)
+    except Exception:
+        return None
+    return state if state.upper().startswith(_SCHEDULER_ENDS) else None
+
+
+def record_outcome(run: RunDir, state: str, first=None, sig: str | None = None, error: str | None = None) -> None:
+    """Write how the job ended into the manifest (best effort: the run's files matter more)."""
+    with contextlib.suppress(OSError, RunDirError):
+        run_manifest.record_outcome(run, run_manifest.Outcome(
+            state=state, time=run_manifest.now_iso(), signal=sig, error=error, first_failure=first))

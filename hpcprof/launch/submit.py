@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import io
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,8 @@ from ..rundir import manifest as run_manifest
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, validate_run_name
 from .executors import LaunchError, choose_executor, make_executor, resolve_resources
-from .outcome import Interrupted, first_failure, quiet_pdb, signals_ignored, signals_raise, stop_local_job, submission_error
+from .outcome import (Interrupted, ended_by_scheduler, first_failure, quiet_pdb, record_outcome, refuse_existing,
+                      remove_never_started, signals_ignored, signals_raise, stop_local_job, submission_error)
 
 #: The old name of LaunchError, kept for callers of hpcprof.submit.
 SubmitError = LaunchError
@@ -61,13 +61,13 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print) -> Launch:
     validate_run_name(name, "--name")
     spec.name = name
     run = RunDir.for_spec(spec, name)
-    _refuse_existing(run)
+    refuse_existing(run)
     try:
         run.create(spec)
         command_line = list(argv if argv is not None else sys.argv)
         run_manifest.write(run, run_manifest.Manifest.at_launch(spec, name, executor, world, command_line))
     except OSError as exc:
-        _remove_never_started(run)
+        remove_never_started(run)
         raise LaunchError(f"cannot write the run directory {run.root} ({exc.strerror or exc}); "
                           "choose a writable --runs-dir with free space") from None
     log(f"hpcprof: run directory {run.root}")
@@ -82,37 +82,14 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print) -> Launch:
             job = ex.submit(TrainTask(spec, str(run.root.resolve())))
     except (FailedJobError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
         # the job never started: leave nothing that looks like a run, so that the name can be used again
-        _remove_never_started(run, error=submission_error(exc))
+        remove_never_started(run, error=submission_error(exc))
         raise LaunchError(submission_error(exc)) from None
     except BaseException:
-        _remove_never_started(run)
+        remove_never_started(run)
         raise
     run_manifest.record_job_id(run, str(job.job_id))
     log(f"hpcprof: submitted job {job.job_id} ({world} rank(s) on {spec.resources.nodes} node(s))")
     return Launch(run, executor, job, world, spec)
-
-
-def _refuse_existing(run: RunDir) -> None:
-    """Never write into a directory that holds anything: it is not this job's run (a run of this job
-    is only ever created here, by this call), and writing into it would mix or replace its files."""
-    root = run.root
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        what = "already holds a run" if run.manifest_path.exists() else (
-            "already exists and is not a folder" if not root.is_dir() else "already exists and is not empty")
-        raise LaunchError(f"{root} {what}; choose another --name (or --runs-dir); nothing was changed")
-
-
-def _remove_never_started(run: RunDir, error: str | None = None) -> None:
-    """Remove the run directory of a job that never started (only files this launch wrote are in
-    it: the refusal above guarantees it was empty). If it cannot be removed, mark it."""
-    try:
-        shutil.rmtree(run.root)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        with contextlib.suppress(OSError, RunDirError):
-            run_manifest.record_outcome(run, run_manifest.Outcome(
-                state="never_started", time=run_manifest.now_iso(), error=error))
 
 
 # ------------------------------------------------------------------------------------ wait
@@ -138,22 +115,6 @@ def _progress(launch_: Launch, poll_s: float) -> None:
 
 def _last_step(run: RunDir, rank: int) -> int:
     return max((s["step"] for s in run.read_steps(rank) if isinstance(s, dict) and isinstance(s.get("step"), int)), default=-1)
-
-
-# SLURM job states in which the scheduler, not the ranks, ended the job (sacct's words)
-_SCHEDULER_ENDS = ("CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "DEADLINE", "BOOT_FAIL")
-
-
-def _ended_by_scheduler(launch_: Launch) -> str | None:
-    """The SLURM state when the scheduler ended the job (scancel, time limit, memory, node), else
-    None: then the ranks' own outcomes tell what happened (a scancel used to read as two rank failures)."""
-    if launch_.executor != "slurm":
-        return None
-    try:
-        state = str(launch_.job.state)
-    except Exception:
-        return None
-    return state if state.upper().startswith(_SCHEDULER_ENDS) else None
 
 
 def _debug_outcome(launch_: Launch) -> dict[str, Any]:
@@ -187,10 +148,10 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
         outcomes = [_debug_outcome(launch_)]
     else:
         _progress(launch_, poll_s)
-        ended = _ended_by_scheduler(launch_)
+        ended = ended_by_scheduler(launch_.executor, launch_.job)
         if ended:
             steps = min((_last_step(run, r) + 1 for r in range(launch_.world_size)), default=0)
-            _record(run, "cancelled" if ended.startswith("CANCELLED") else "failed", error=f"SLURM: {ended}")
+            record_outcome(run, "cancelled" if ended.startswith("CANCELLED") else "failed", error=f"SLURM: {ended}")
             log(f"hpcprof: job {launch_.job.job_id} was ended by SLURM ({ended}) after {steps} step(s) on every rank; "
                 f"not a failure of the ranks. What they wrote stays in {run.root}")
             return EXIT_FAILED
@@ -211,7 +172,7 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
         )
     failed = [o for o in outcomes if o["status"] != "ok"]
     if not failed and not failures:
-        _record(run, "completed")
+        record_outcome(run, "completed")
         log(f"hpcprof: job {launch_.job.job_id} succeeded on {launch_.world_size} rank(s); run directory {run.root}")
         return EXIT_OK
     log("")
@@ -221,7 +182,7 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
         rank = root["rank"]
         log_path = root.get("log") or next((o["log"] for o in outcomes if o["rank"] == rank), None)
         node = root.get("node") or nodes.get(rank)
-        _record(run, "failed", first=run_manifest.FirstFailure(rank=rank, step=root.get("step"), error=str(root.get("error"))[:300]))
+        record_outcome(run, "failed", first=run_manifest.FirstFailure(rank=rank, step=root.get("step"), error=str(root.get("error"))[:300]))
         log(
             f"hpcprof: rank {rank} on node {node} failed at step {root.get('step')}: {root.get('error')}\n"
             f"hpcprof: {'its last words, if any, are' if root.get('silent') else 'traceback'} in {log_path}"
@@ -230,18 +191,11 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
         if others:
             log(f"hpcprof: rank(s) {', '.join(map(str, others))} stopped after it (peer failure)")
     else:
-        _record(run, "failed")
+        record_outcome(run, "failed")
         for o in failed:
             log(f"hpcprof: rank {o['rank']} on node {nodes.get(o['rank'])} failed: {o['error']} (log: {o['log']})")
     log(f"hpcprof: what the ranks wrote before the failure stays in {run.root}")
     return EXIT_FAILED
-
-
-def _record(run: RunDir, state: str, first=None, sig: str | None = None, error: str | None = None) -> None:
-    """Write how the job ended into the manifest (best effort: the run's files matter more)."""
-    with contextlib.suppress(OSError, RunDirError):
-        run_manifest.record_outcome(run, run_manifest.Outcome(
-            state=state, time=run_manifest.now_iso(), signal=sig, error=error, first_failure=first))
 
 
 def _interrupted(launched: "Launch | None", exc: Interrupted) -> int:
@@ -254,7 +208,7 @@ def _interrupted(launched: "Launch | None", exc: Interrupted) -> int:
                   f"(stop it with: scancel {launched.job.job_id}); run directory {launched.run.root}", file=sys.stderr)
         else:
             killed = stop_local_job(launched.job, launched.run.read_manifest()) if launched.executor == "local" else []
-            _record(launched.run, "interrupted", sig=exc.name)
+            record_outcome(launched.run, "interrupted", sig=exc.name)
             extra = f" ({len(killed)} process(es) had to be killed)" if killed else ""
             print(f"hpcprof.submit: interrupted by {exc.name}: job {launched.job.job_id} and its ranks were stopped{extra}; "
                   f"what they wrote stays in {launched.run.root}", file=sys.stderr)
