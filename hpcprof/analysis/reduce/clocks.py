@@ -14,13 +14,18 @@ Definitions (also in README.md, "Numbers and definitions"):
 - offset of host h: median over the collectives seen on both h and the reference host of
   (end of h - end of the reference host). Aligned time = trace time - offset of the rank's host.
 - residual: per collective, that difference minus the offset (what the offset does not explain).
-- uncertainty (about a 95% bound): 2 x the standard error of that median (1.2533 x robust sigma of
+- causal bounds: at an all-to-all kind of collective no rank ends before every rank arrived, so
+  the offset lies in [max(arrival_h - end_ref), min(end_h - arrival_ref)] over those collectives.
+  When that interval is narrower than the median's uncertainty (below), its midpoint is the offset
+  and its half-width the uncertainty (a hard bound, not a statistical one): on shared CPU cores the
+  end times of gloo collectives spread by milliseconds, while the bounds still close in.
+- uncertainty of the median estimate (about a 95% bound): 2 x the standard error of that median (1.2533 x robust sigma of
   the residuals / sqrt(n)), plus the systematic part: the largest median end-time difference
   between two ranks that share a clock (their true offset is 0, so whatever they show is how far
   "ends at the same instant" is off on this job), with a floor of 1 us (Kineto's resolution).
 - a host is suspect (warning) when its uncertainty exceeds BOUND_US, or when more than
-  MAX_OUTLIER_SHARE of its residuals exceed BOUND_US (a drifting or jumping clock), or when fewer
-  than MIN_COLLECTIVES collectives could be matched.
+  MAX_OUTLIER_SHARE of its residuals exceed BOUND_US (a drifting or jumping clock) and the causal
+  bounds do not pin the offset, or when fewer than MIN_COLLECTIVES collectives could be matched.
 """
 
 from __future__ import annotations
@@ -125,6 +130,30 @@ def _robust_sigma(x: np.ndarray) -> float:
     return float(_MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
 
 
+def _causal_bounds(colls: pd.DataFrame, members: list[int], ref_members: list[int]) -> tuple[float, float] | None:
+    """[lo, hi] for the offset of the hosts of `members` against the reference host from causality:
+    at an all-to-all kind of collective (all-reduce, all-gather, all-to-all, reduce-scatter,
+    barrier) no rank ends before every rank has arrived, so in true time end_r >= arrival_r' for
+    any two ranks. With offset t (host clock - reference clock): t >= arrival_h - end_ref and
+    t <= end_h - arrival_ref at every such collective. None when the columns are missing, no such
+    collective was seen on both hosts, or the bounds contradict each other (clocks drifting, a
+    wrong match): the median estimate stands then."""
+    if not {"arrival_us", "end_us", "key"} <= set(colls.columns) or colls.empty:
+        return None
+    d = colls
+    if "kind" in d:
+        kinds = d["kind"].astype(str).str.lower().str.replace("_", "")
+        d = d[kinds.str.contains("all|reducescatter|barrier|sendrecv", regex=True)]
+    h = d[d["rank"].isin(members)].groupby("key").agg(a=("arrival_us", "max"), e=("end_us", "min"))
+    r = d[d["rank"].isin(ref_members)].groupby("key").agg(a=("arrival_us", "max"), e=("end_us", "min"))
+    both = h.add_suffix("_h").join(r.add_suffix("_r"), how="inner")
+    if both.empty:
+        return None
+    lo = float((both["a_h"] - both["e_r"]).max())
+    hi = float((both["e_h"] - both["a_r"]).min())
+    return (lo, hi) if lo <= hi else None
+
+
 def estimate_clocks(colls: pd.DataFrame, hosts: dict, bound_us: float = BOUND_US) -> ClockAlignment:
     """Estimate per-host offsets from matched collectives.
 
@@ -174,8 +203,15 @@ def estimate_clocks(colls: pd.DataFrame, hosts: dict, bound_us: float = BOUND_US
         res = d - off
         sigma = _robust_sigma(res)
         unc = max(RESOLUTION_US, 2 * _MEDIAN_SE * sigma / np.sqrt(n) + systematic)
+        bounds = _causal_bounds(colls, members, by_host[ref])
+        bounded = bounds is not None and bounds[1] - bounds[0] < 2 * unc
+        if bounded:
+            # causality pins the offset more tightly than the spread of end times: use it
+            off, unc = (bounds[0] + bounds[1]) / 2, max(RESOLUTION_US, (bounds[1] - bounds[0]) / 2)
+            res = d - off
         share = float(np.mean(np.abs(res) > bound_us))
-        suspect = n < MIN_COLLECTIVES or unc > bound_us or share > MAX_OUTLIER_SHARE
+        # scattered end times do not make a causally bounded offset uncertain
+        suspect = n < MIN_COLLECTIVES or unc > bound_us or (share > MAX_OUTLIER_SHARE and not bounded)
         out[h] = HostClock(h, tuple(members), off, unc, n, sigma, float(np.max(np.abs(res))), share, suspect)
     method = ("one host: one clock, no correction" if len(by_host) == 1 else
               "per host: median over collectives of the difference in end times to the reference host")
