@@ -30,7 +30,7 @@ from .outputs.layout import AnalysisDir
 
 ANALYSIS_VERSION = 9  # 9: device-stream activity without CUDA categories is device work (MTIA)
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
-REDUCE_VERSION = 5
+REDUCE_VERSION = 8  # 8: what-if replay, throughput, run state, timeline, operator/launch views, rounding
 META = "meta.json"
 
 
