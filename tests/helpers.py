@@ -149,3 +149,18 @@ def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, 
     assert named["console"] == rank and named["report row"] == rank, named
     assert first_rec.startswith(f"Straggler: rank {rank}"), named
     return figure
+
+
+# The live CPU drills are a known open item of issue 10, kept running (not skipped) so that the day
+# the model sees them they pass; `strict=False` because on a quiet machine they sometimes do.
+CPU_WHATIF_OPEN = (
+    "open (issue 10): the what-if replay does not yet model a gloo collective that blocks the main "
+    "thread (DDP's buffer broadcast at the start of forward): CPU segments all start at the step "
+    "start, so the other rank's wait inside that broadcast stays in its later segments and replaying "
+    "rank 1 at the median saves almost nothing (measured: drill5 truth 36 +/- 26 ms, expected cost "
+    "18 ms/step, estimate 1.7; SLURM 2x1 drill truth 61 +/- 32 ms, expected 30, estimate 16, nobody "
+    "flagged). Chaining CPU segments at every collective end instead flags rank 1 (32 ms, host_gap) "
+    "but also flags 2 of 2 stored healthy demo runs (1 of 2 without it); on 2 busy cores the 2-rank healthy demo "
+    "flagged a straggler (cpu_work) in 4 and 7 of 10 demo runs. Needs a CPU model of which "
+    "collectives the main thread waits on."
+)

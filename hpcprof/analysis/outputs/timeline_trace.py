@@ -40,6 +40,7 @@ import pandas as pd
 from ..decode.events import event_table
 from ..decode.load import read_trace
 from ..reduce.clocks import ClockAlignment
+from .rounding import round_summary
 
 FILE_NAME = "timeline.pt.trace.json.gz"
 DEFAULT_MAX_EVENTS = 1_000_000
@@ -331,7 +332,8 @@ def write_timeline(
             "dropped": ", ".join(f"{k}: {v}" for k, v in info["dropped"].items()) or "nothing",
             "clock_offsets_ms": "; ".join(f"{h['host']}: {h['offset_ms']:+.3f} ± {h['uncertainty_ms']:.3f}" for h in clocks.to_dict()["hosts"]),
         },
-        "hpcprof": {"clock_alignment": clocks.to_dict(), **{k: v for k, v in info.items() if k != "path"}},
+        # rounded as in summary.json, so the two files state the same offsets
+        "hpcprof": {"clock_alignment": round_summary(clocks.to_dict(), "clock_alignment"), **{k: v for k, v in info.items() if k != "path"}},
     }
     path = Path(out_dir) / FILE_NAME
     tmp = path.with_name(path.name + ".tmp")
