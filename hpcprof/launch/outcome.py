@@ -14,12 +14,12 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import time
 from typing import Any, Iterator
 
 from ..rundir import RunDir, RunDirError
 from ..rundir import manifest as run_manifest
+from ..rundir.state import pid_alive, rank_entries_here
 from .executors import LaunchError
 
 # sbatch / submitit messages -> what to do. Matched case-insensitively, first match wins.
@@ -100,26 +100,13 @@ def quiet_pdb():
 
 
 def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False  # not ours
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
+    """Alive and ours to stop (a process of another user is not)."""
+    return pid_alive(pid, foreign=False)
 
 
 def rank_pids_here(manifest: dict) -> list[int]:
     """Pids of the job's ranks on this host (from the manifest rank 0 wrote)."""
-    host = socket.gethostname()
-    return [e["pid"] for e in manifest.get("ranks") or []
-            if isinstance(e, dict) and e.get("node") == host and isinstance(e.get("pid"), int)]
+    return [e["pid"] for e in rank_entries_here(manifest)]
 
 
 def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]:

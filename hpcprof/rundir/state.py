@@ -116,7 +116,9 @@ def _steps(run: RunDir, world: int | None) -> tuple[dict[int, int], float | None
     return done, newest, (statistics.median(times) if times else None)
 
 
-def _pid_alive(pid: Any) -> bool:
+def pid_alive(pid: Any, foreign: bool = True) -> bool:
+    """Whether process `pid` runs on this host (a zombie has ended). `foreign`: what a process of
+    another user counts as (alive for the run state; not ours to stop for hpcprof.launch.outcome)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -124,8 +126,19 @@ def _pid_alive(pid: Any) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
+        return foreign
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
         return True
-    return True
+
+
+def rank_entries_here(manifest: dict) -> list[dict]:
+    """The manifest's rank entries (rank, node, pid) of the ranks that ran on this host."""
+    host = socket.gethostname()
+    return [e for e in manifest.get("ranks") or []
+            if isinstance(e, dict) and e.get("node") == host and isinstance(e.get("pid"), int)]
 
 
 def _slurm_active(job_id: str | None) -> bool | None:
@@ -146,10 +159,10 @@ def _live(manifest: dict, newest: float | None, step_s: float | None) -> str | N
     """Why the job looks alive, or None."""
     host = socket.gethostname()
     out = manifest.get("outcome") if isinstance(manifest.get("outcome"), dict) else {}
-    for e in manifest.get("ranks") or []:
-        if isinstance(e, dict) and e.get("node") == host and _pid_alive(e.get("pid")):
+    for e in rank_entries_here(manifest):
+        if pid_alive(e["pid"]):
             return f"rank {e.get('rank')} (pid {e.get('pid')}) is alive on this host"
-    if manifest.get("launcher_host") == host and _pid_alive(manifest.get("launcher_pid")) and not out:
+    if manifest.get("launcher_host") == host and pid_alive(manifest.get("launcher_pid")) and not out:
         return f"the launcher (pid {manifest.get('launcher_pid')}) is alive on this host"
     if manifest.get("executor") in ("slurm", "sbatch") and not out:
         active = _slurm_active(manifest.get("job_id"))
