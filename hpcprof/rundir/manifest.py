@@ -7,6 +7,9 @@ the launch side builds a :class:`Manifest` with :meth:`Manifest.at_launch`, the 
 Readers get the file back with :meth:`Manifest.from_dict`, which accepts manifests of older runs
 (missing fields take their defaults, fields this version does not know are kept in ``extra`` and
 written back unchanged), or as a plain dict through ``RunDir.read_manifest``.
+
+Over 300 lines because every manifest field is declared here once, with the docstring saying what it
+holds (docs/contract.md is checked against these types by tests/test_contract.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-CAUSE_CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy", "comm")
+STEP_CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
+"""Where a rank's step time went, per profiled step (the per-rank steps table of ranks/timeline)."""
+
+CAUSE_CATEGORIES = STEP_CATEGORIES + ("comm",)
 """What a rank's time between two instants went to, as a partition (the categories add up to the
 window): the straggler cause is chosen among them (hpcprof.analysis.reduce.whatif)."""
 

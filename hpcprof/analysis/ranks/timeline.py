@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .categories import CategoryClock
+from .categories import STEP_CATEGORIES, CategoryClock
 
 from ...rundir.records import REGION_DATA
 
@@ -25,9 +25,9 @@ MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 HOST_CATS = {"cpu_op", "user_annotation", "python_function", "Operator", "cpu_instant_event"}
 GLOO_RE = re.compile(r"^gloo:(.+)$")
-CATEGORIES = ("data_loading", "host_gap", "cpu_work", "gpu_compute", "memcpy")
+CATEGORIES = STEP_CATEGORIES
 """What a rank spent a time window on (RankTimeline.window's keys): the per-step and per-window
-columns of the map's tables, and the straggler causes the reduce chooses from. Defined only here."""
+columns of the map's tables. Defined in ranks/categories.py, with the straggler causes (these + comm)."""
 
 
 class Intervals:
