@@ -126,10 +126,12 @@ def test_straggler_drill_shows_in_step_files(healthy, straggler):
 
 
 def test_crash_drill_names_rank_node_and_log_and_keeps_other_ranks_output(runs_root):
-    t0 = time.time()
     proc, run = submit(runs_root, "crash", "--inject-crash", "1:6")
     assert proc.returncode == 1, proc.stdout
-    assert time.time() - t0 < 120, "a dead peer must not leave the others hanging"
+    # a dead peer must not leave the others hanging until the process-group timeout: rank 0 stopped
+    # on the peer's failure, which its failure note says (no timing assert: the machine may be busy)
+    note = json.loads(run.failure_path(0).read_text())
+    assert "timed out" not in json.dumps(note).lower() and "timeout" not in str(note.get("error", "")).lower(), note
     node = run.read_manifest()["ranks"][1]["node"]
     assert f"rank 1 on node {node} failed at step 6" in proc.stdout
     assert "hpcprof crash drill" in proc.stdout
