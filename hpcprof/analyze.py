@@ -7,13 +7,12 @@ summary.json, tables/, plots/ and report.html into RUN_DIR/analysis (or --out).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Sequence
 
 from hpcprof.analysis import AnalysisError, analyze, console_summary
 from hpcprof.analysis.executors.slurm_array import add_slurm_arguments, slurm_options_from_args
-from hpcprof.cliparser import ArgumentParser
+from hpcprof.cliparser import ArgumentParser, run_guarded
 
 __all__ = ["analyze", "main"]
 
@@ -38,20 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         slurm = slurm_options_from_args(a)
     except ValueError as exc:
         ap.error(str(exc))
-    try:
-        summary = analyze(a.path, out=a.out, workers=a.workers, use_cache=not a.no_cache, ranks=a.ranks, cache_dir=a.cache_dir, progress=not a.quiet, executor=a.executor, slurm=slurm,
-                          timeline_steps=a.timeline_steps, timeline_max_events=a.timeline_max_events)
-    except AnalysisError as exc:
-        print(f"hpcprof.analyze: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("hpcprof.analyze: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # never a traceback for input we did not foresee; HPCPROF_DEBUG=1 shows it
-        if os.environ.get("HPCPROF_DEBUG"):
-            raise
-        print(f"hpcprof.analyze: error: analysis failed ({type(exc).__name__}: {exc}); rerun with HPCPROF_DEBUG=1 for details", file=sys.stderr)
-        return 1
+    summary, rc = run_guarded("hpcprof.analyze", lambda: analyze(
+        a.path, out=a.out, workers=a.workers, use_cache=not a.no_cache, ranks=a.ranks, cache_dir=a.cache_dir,
+        progress=not a.quiet, executor=a.executor, slurm=slurm, timeline_steps=a.timeline_steps,
+        timeline_max_events=a.timeline_max_events), (AnalysisError,), "analysis")
+    if rc is not None:
+        return rc
     print(console_summary(summary))
     return 0
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
+import sys
 from typing import NoReturn
 
 
@@ -56,3 +58,23 @@ class ArgumentParser(argparse.ArgumentParser):
         """One line: the message, and where the full usage is (instead of printing all of it)."""
         self.exit(2, f"{self.prog}: error: {message}; --help lists every flag\n")
 
+
+
+def run_guarded(prog: str, call, expected: tuple[type[BaseException], ...], what: str):
+    """(result, None) from `call()`, or (None, exit code) after one line on stderr: 2 for an
+    `expected` error (its message says what to do), 130 for Ctrl-C, 1 for anything unforeseen
+    (never a traceback; HPCPROF_DEBUG=1 re-raises it)."""
+    try:
+        return call(), None
+    except expected as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return None, 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return None, 130
+    except Exception as exc:
+        if os.environ.get("HPCPROF_DEBUG"):
+            raise
+        print(f"{prog}: error: {what} failed ({type(exc).__name__}: {exc}); rerun with HPCPROF_DEBUG=1 for details",
+              file=sys.stderr)
+        return None, 1

@@ -11,12 +11,11 @@ verdict (faster / slower / no significant change).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..cliparser import ArgumentParser
+from ..cliparser import ArgumentParser, run_guarded
 from .stats import MIN_CHANGE_PCT
 
 
@@ -44,19 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import CompareError, compare, console_table
 
     out = Path(a.out) if a.out else default_out(a.paths)
-    try:
-        result = compare(a.paths, out, workers=a.workers, use_cache=not a.no_cache, min_change_pct=a.min_change_pct,
-                         progress=not a.quiet, op_deltas=not a.no_op_deltas)
-    except CompareError as exc:
-        print(f"hpcprof.compare: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("hpcprof.compare: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if os.environ.get("HPCPROF_DEBUG"):
-            raise
-        print(f"hpcprof.compare: error: comparison failed ({type(exc).__name__}: {exc}); rerun with HPCPROF_DEBUG=1 for details", file=sys.stderr)
-        return 1
+    result, rc = run_guarded("hpcprof.compare", lambda: compare(
+        a.paths, out, workers=a.workers, use_cache=not a.no_cache, min_change_pct=a.min_change_pct,
+        progress=not a.quiet, op_deltas=not a.no_op_deltas), (CompareError,), "comparison")
+    if rc is not None:
+        return rc
     print(console_table(result))
     return 0

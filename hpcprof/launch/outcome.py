@@ -46,12 +46,8 @@ class Interrupted(BaseException):
 
 
 @contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
-    """Inside the block, SIGINT and SIGTERM raise :class:`Interrupted` (SIGTERM would otherwise kill
-    this process at once and leave the job's processes running, orphaned)."""
-    def handler(signum, frame):
-        raise Interrupted(signum)
-
+def _signals_set_to(handler) -> Iterator[None]:
+    """SIGINT and SIGTERM go to `handler` inside the block (left alone outside the main thread)."""
     try:
         old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: leave signals alone
@@ -64,19 +60,18 @@ def signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
-@contextlib.contextmanager
-def signals_ignored() -> Iterator[None]:
+def signals_raise():
+    """Inside the block, SIGINT and SIGTERM raise :class:`Interrupted` (SIGTERM would otherwise kill
+    this process at once and leave the job's processes running, orphaned)."""
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    return _signals_set_to(handler)
+
+
+def signals_ignored():
     """While stopping the job: a second Ctrl-C must not leave it half stopped."""
-    try:
-        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+    return _signals_set_to(signal.SIG_IGN)
 
 
 def submission_error(exc: BaseException) -> str:
