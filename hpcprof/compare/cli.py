@@ -11,7 +11,6 @@ verdict (faster / slower / no significant change).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Sequence
 
