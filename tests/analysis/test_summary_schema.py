@@ -1,0 +1,85 @@
+"""docs/summary-json.md against real summary.json files: every ``Name = {...}`` block of the page lists
+exactly the keys that the analysis writes at that place, and every block is checked somewhere.
+
+Two real analyses cover every block: hta_sampled_2of128 with rank 1 stalled for a whole step before
+its second collective in both profiled steps (hpcprof.drills.trace_drill; a flagged straggler, GPU
+fields, clock alignment, a merged timeline), and the run directory of test_throughput_outputs (a
+real trace next to step records: run_state from step files, throughput). A field added to the code
+without the page (or the reverse) fails here, naming the block and the keys."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hpcprof.analysis import analyze
+
+from .conftest import REPO, SAMPLED, require
+from .test_throughput_outputs import run_with_steps  # noqa: F401  (the fixture: a run directory with step records)
+
+SCHEMA = REPO / "docs" / "summary-json.md"
+
+#: Block name -> the objects of a summary that the block describes (every item of a list).
+WHERE = {
+    "Summary": lambda s: [s],
+    "RunState": lambda s: [s["run_state"]],
+    "PerRank": lambda s: s["per_rank"],
+    "KernelType": lambda s: s["kernel_breakdown"] or [],
+    "Straggler": lambda s: s["stragglers"],
+    "CollectiveMatching": lambda s: [s["collective_matching"]] if s["collective_matching"] else [],
+    "Recommendation": lambda s: s["recommendations"],
+    "StepTime": lambda s: [s["step_time"]],
+    "Throughput": lambda s: [s["throughput"]] if s["throughput"] else [],
+    "ThroughputJob": lambda s: [s["throughput"]["job"]] if s["throughput"] else [],
+    "ThroughputRank": lambda s: s["throughput"]["per_rank"] if s["throughput"] else [],
+    "StepPhases": lambda s: ([s["throughput"]["job"]["steps"]] + [r["steps"] for r in s["throughput"]["per_rank"]])
+    if s["throughput"] else [],
+    "Outputs": lambda s: [s["outputs"]],
+    "ClockAlignment": lambda s: [s["clock_alignment"]],
+    "ClockHost": lambda s: s["clock_alignment"]["hosts"],
+    "Timeline": lambda s: [s["timeline"]] if "error" not in s["timeline"] else [],
+    "Cache": lambda s: [s["cache"]],
+}
+
+
+def blocks(text: str) -> dict[str, list[str]]:
+    """``Name = {...}`` blocks (one line, or up to a closing brace ending a line) -> their keys."""
+    out = {}
+    for m in re.finditer(r"^(\w+) = \{(.*?)\}$(?=\n(?:\w+ = |```|\s*$))", text, re.M | re.S):
+        assert m.group(1) not in out, f"docs/summary-json.md: {m.group(1)} described twice"
+        out[m.group(1)] = re.findall(r'"(\w+)"\s*:', m.group(2))
+    return out
+
+
+@pytest.fixture(scope="module")
+def straggler_summary(tmp_path_factory) -> dict:
+    from hpcprof.drills import inject, job_times
+
+    src = require(SAMPLED)
+    tmp = tmp_path_factory.mktemp("schema")
+    cur = src
+    for i, (step, step_ms) in enumerate(sorted(job_times(src)["steps_ms"].items())):
+        inject(cur, tmp / f"drilled-{i}", 1, step=step, stall_ms=step_ms, before_collective=1)
+        cur = tmp / f"drilled-{i}"
+    s = analyze(cur, out=tmp / "analysis", progress=False, workers=2)
+    assert s["stragglers"] and s["stragglers"][0]["rank"] == 1, "the drill must give a straggler to check"
+    return s
+
+
+def test_every_block_of_the_page_is_checked_and_every_summary_key_is_documented():
+    doc = blocks(SCHEMA.read_text())
+    assert sorted(doc) == sorted(WHERE), "blocks of docs/summary-json.md differ from the ones this test checks"
+
+
+def test_documented_keys_are_exactly_those_written(straggler_summary, run_with_steps):  # noqa: F811
+    written = [straggler_summary, analyze(run_with_steps, progress=False)]
+    assert written[1]["throughput"], "the run with step records must give a throughput to check"
+    doc = blocks(SCHEMA.read_text())
+    for name, keys in doc.items():
+        objects = [o for s in written for o in WHERE[name](s)]
+        assert objects, f"no summary.json here holds a {name}: the test cannot check it"
+        for o in objects:
+            missing, extra = sorted(set(o) - set(keys)), sorted(set(keys) - set(o))
+            assert not missing and not extra, (
+                f"docs/summary-json.md {name}: written but not documented {missing}, documented but not written {extra}")
