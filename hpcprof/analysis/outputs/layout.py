@@ -1,7 +1,7 @@
 """The analysis output folder: every path and file name under ``<run>/analysis`` (or ``--out``).
 
 One place for the names, so the orchestrator, the memo in cache.py, the report and the notebook
-(``analysis/post_job.ipynb`` reads the same names) agree. README.md "Outputs" lists what each holds.
+(``analysis/post_job.ipynb`` reads the same names) agree. docs/analysis.md "Outputs" lists what each holds.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""summary.json: the analysis in one JSON document (docs/contract.md lists its fields).
+"""summary.json: the analysis in one JSON document (docs/summary-json.md lists its fields).
 
 Built from the reduce's result; written atomically (a temporary file renamed into place), like every
 other file of the run directory, so a reader (or the memo in cache.py) never sees half of it.
@@ -78,7 +78,7 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
 
 def _whatif_fields(red: Reduced) -> dict[str, Any]:
     """straggler_slowdown, replay_error_pct (largest over the profiled steps, and per step) and how
-    collectives were matched (reduce.whatif; README "Straggler flag")."""
+    collectives were matched (reduce.whatif; docs/analysis.md "Straggler flag")."""
     wi = red.whatif
     if wi is None or wi.matching is None:
         return {"straggler_slowdown": None, "replay_error_pct": None, "replay_error_pct_per_step": {}, "collective_matching": None}

@@ -1,5 +1,5 @@
 """tables/: every table of the reduce as CSV (for people and spreadsheets) and Parquet (for pandas,
-the notebook and ``hpcprof.compare``), one pair per name. README.md "Outputs" lists the names."""
+the notebook and ``hpcprof.compare``), one pair per name. docs/analysis.md "Outputs" lists the names."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ view says which PyTorch operators cost host time and which keep the GPU busy; th
 says whether the GPU waits for the CPU to launch work (a CPU-bound job: many kernels shorter than
 the call that launched them, launch delays between call and kernel start).
 
-Definitions (also in README.md, "Numbers and definitions"):
+Definitions (also in docs/analysis.md, "Numbers and definitions"):
 - operator: a host event of category `cpu_op` (aten::*, user-visible module ops), by name.
 - host total time: the sum of its events' durations (children included); host self time: minus the
   time of the cpu_op events directly nested in it on the same thread.

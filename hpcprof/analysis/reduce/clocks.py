@@ -8,7 +8,7 @@ its ranks' end times and the reference host's, taken over many collectives, esti
 This module is the ONE clock estimator: the straggler analysis aligns arrivals with it and the
 merged timeline places every event with it.
 
-Definitions (also in README.md, "Numbers and definitions"):
+Definitions (also in docs/analysis.md, "Numbers and definitions"):
 - reference host: the host of the lowest analysed rank; its offset is 0 by definition.
 - end of host h at collective c: the median end time over h's ranks at c.
 - offset of host h: median over the collectives seen on both h and the reference host of

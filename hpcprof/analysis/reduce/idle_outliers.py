@@ -5,7 +5,7 @@ two ranks of eight idle 35% of the time against 2.5% for the rest, and the strag
 names a rank when others wait for it. An idle outlier is worth a look either way: it either holds
 the job back (then it is also a straggler) or wastes its own GPU (input, host-side work, syncs).
 
-Definitions (also in README.md, "Numbers and definitions"):
+Definitions (also in docs/analysis.md, "Numbers and definitions"):
 - idle share: HTA's temporal breakdown, idle time / profiled time of the rank's GPU (`idle_pct`).
 - outlier: idle share >= IDLE_RATIO x the median idle share of the OTHER ranks and at least
   IDLE_POINTS percentage points above it (both: 2% vs 1% is no finding, nor 60% vs 52%).

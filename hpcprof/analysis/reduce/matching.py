@@ -1,5 +1,5 @@
 """Matching collective instances across ranks, checked so that a wrong pairing is never used as
-evidence of waiting (issue 10, item 4; README "Matching you can trust").
+evidence of waiting (issue 10, item 4; docs/analysis.md "Matching you can trust").
 
 Matching you can trust: instances are first keyed by (process group, sequence number) or else by
 (group, step, kind, n-th of that kind in the step); then checked. A collective ends on all its
