@@ -210,3 +210,18 @@ def test_command_runs_as_written(cmd, scratch):
     p = run_here(cmd, scratch)
     assert p.returncode == 0, f"`{cmd}` exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
     RUN_HERE[cmd](p, scratch)
+
+
+def test_links_of_the_readme_and_docs_lead_to_files_that_exist():
+    """The README sends readers to docs/ for everything it no longer says: those links must hold."""
+    broken = []
+    for page in [README, *sorted((REPO / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if not re.match(r"[a-z]+://", target) and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(REPO)} -> {target}")
+        # files named in code spans from the checkout root (`hpcprof/analysis/reduce/whatif.py`, ...)
+        for path in re.findall(r"`((?:hpcprof|tests|docs|slurm|jobs|tools|benchmarks|analysis|scripts)/[\w./-]+\.\w+)`",
+                               page.read_text()):
+            if not (REPO / path).exists():
+                broken.append(f"{page.relative_to(REPO)} -> {path}")
+    assert not broken, "links to missing files:\n  " + "\n  ".join(broken)
