@@ -28,9 +28,9 @@ from ..rundir import RunDir
 from .decode.load import file_digest
 from .outputs.layout import AnalysisDir
 
-ANALYSIS_VERSION = 9  # 9: device-stream activity without CUDA categories is device work (MTIA)
+ANALYSIS_VERSION = 10  # 10: CPU collectives carry `waited` (the main thread blocked in them); 9: device-stream activity without CUDA categories is device work (MTIA)
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
-REDUCE_VERSION = 8  # 8: what-if replay, throughput, run state, timeline, operator/launch views, rounding
+REDUCE_VERSION = 9  # 9: CPU what-if chains on the collectives the main thread waited for; 8: what-if replay, throughput, run state, timeline, operator/launch views, rounding
 META = "meta.json"
 
 

@@ -291,3 +291,85 @@ def test_trace_drill_cost_matches_the_injected_job_time(base_sets, tmp_path, set
             assert s["stragglers"][0]["rank"] == rank
         top = max(after, key=after.get)
         assert top == rank
+
+
+# --- CPU ranks (gloo): only the collectives the main thread waited for are chain points -----------
+def _cpu(colls: pd.DataFrame, waited: list[bool]) -> pd.DataFrame:
+    return colls.assign(source="cpu", waited=waited)
+
+
+def _ddp_like_step(bcast_waited_by_rank0: bool):
+    """One DDP step on 2 CPU ranks. Rank 1 sleeps 60 ms before forward, so it reaches the buffer
+    broadcast B at 62 while rank 0 sits blocked in it from 2; both leave B at 63. Then both compute
+    and launch the gradient all-reduce A1 at 113 (a gloo worker runs it to 120 while the main
+    thread goes on: not waited), and the last bucket A2 at 163, which they wait for until 170.
+    Tails 10: both end at 180 (measured step 180).
+    By hand, with B and A2 as chain points: rank 1 at rank 0's segment before B (2) leaves B at 3,
+    then everything moves 60 earlier: A2 ends 110, step 120 -> cost(1) = 60, cost(0) = 0."""
+    colls = _colls([
+        (0, 1, "broadcast", 0, 2, 63), (0, 1, "ar", 0, 113, 120), (0, 1, "ar", 1, 163, 170),
+        (1, 1, "broadcast", 0, 62, 63), (1, 1, "ar", 0, 113, 120), (1, 1, "ar", 1, 163, 170),
+    ])
+    waited = [bcast_waited_by_rank0, False, True, True, False, True]
+    steps = _steps([(0, 1, 0, 180), (1, 1, 0, 180)])
+    return whatif.analyze(_cpu(colls, waited), steps, HOSTS)
+
+
+def test_cpu_blocking_broadcast_carries_the_late_rank_into_later_collectives():
+    w = _ddp_like_step(bcast_waited_by_rank0=True)
+    cost = w.per_rank.set_index("rank")["whatif_cost_ms_per_step"]
+    assert cost.to_dict() == pytest.approx({0: 0.0, 1: 60.0})
+    assert w.replay_error_pct == pytest.approx(0.0)
+    assert [s["rank"] for s in w.stragglers] == [1]
+
+
+def test_cpu_collective_nobody_waited_for_is_not_a_chain_point():
+    # The same times, but rank 0's main thread went on computing during B (it did not wait): then
+    # its later work did not depend on B's end, its segment before A2 counts from the step start
+    # (163 for both ranks), and rank 1's sleep cost the job nothing.
+    w = _ddp_like_step(bcast_waited_by_rank0=False)
+    cost = w.per_rank.set_index("rank")["whatif_cost_ms_per_step"]
+    assert cost.to_dict() == pytest.approx({0: 0.0, 1: 0.0})
+    assert w.stragglers == []
+
+
+def test_ranks_that_jitter_alike_flag_nobody():
+    # Within each step both ranks are late at one of two collectives by 30 ms (rank 0 at c1, rank 1
+    # at c2): each rank's replay at the other's segments saves 30 ms, in every step. The others'
+    # cost in the same step (30) is the jitter level, so neither rank is a straggler; a rank that is
+    # additionally 40 ms late at c2 in every step is (cost 70 against the others' 30).
+    def case(extra_late: float):
+        rows, st = [], []
+        for step in (1, 2, 3, 4):
+            t0 = 1000 * step
+            c1_end, c2_arr1 = t0 + 45, t0 + 45 + 40 + extra_late
+            rows += [(0, step, "ar", 0, t0 + 40, c1_end), (1, step, "ar", 0, t0 + 10, c1_end),
+                     (0, step, "ar", 1, c1_end + 10, c2_arr1 + 5), (1, step, "ar", 1, c2_arr1, c2_arr1 + 5)]
+            st += [(0, step, t0, c2_arr1 + 15), (1, step, t0, c2_arr1 + 15)]
+        return whatif.analyze(_colls(rows), _steps(st), HOSTS)
+
+    w = case(0.0)
+    cost = w.per_rank.set_index("rank")["whatif_cost_ms_per_step"]
+    assert cost.to_dict() == pytest.approx({0: 30.0, 1: 30.0})
+    assert w.stragglers == []
+    w = case(40.0)
+    assert [s["rank"] for s in w.stragglers] == [1]
+    assert w.stragglers[0]["cost_ms_per_step"] == pytest.approx(70.0)
+    assert w.stragglers[0]["others_cost_ms_per_step"] == pytest.approx(30.0)
+
+
+def test_main_thread_waited_for_a_collective_when_idle_at_its_end_and_resuming_right_after():
+    import numpy as np
+
+    from hpcprof.analysis.ranks.timeline import WAITED_RESUME_US, _main_waited
+
+    # computing ops on the main thread (us): [0, 100 ms), [150, 400 ms), [1000, 1200 ms)
+    starts, ends = np.array([0.0, 150e3, 1000e3]), np.array([100e3, 400e3, 1200e3])
+    t = np.array([
+        150e3 - WAITED_RESUME_US / 2,  # idle at the end, resumes right after: waited (a blocking broadcast)
+        300e3,  # computing at the end: the main thread went on (a gradient all-reduce in backward)
+        500e3,  # idle, but the main thread resumes 500 ms later (asleep, or waiting for something else)
+        1000e3 - 1.0,  # idle, resumes 1 us later
+    ])
+    assert _main_waited(starts, ends, t).tolist() == [True, False, False, True]
+    assert _main_waited(np.empty(0), np.empty(0), np.array([5.0])).tolist() == [False]

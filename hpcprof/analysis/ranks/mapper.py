@@ -216,10 +216,10 @@ def _cum_columns(df: pd.DataFrame, clock, at: dict) -> None:
 
 
 def _collectives_table(tl: RankTimeline) -> pd.DataFrame:
-    cols = ["group", "kind", "name", "seq", "step", "idx", "arrival_us", "end_us", "launch_us", "window_start_us", "source"]
+    cols = ["group", "kind", "name", "seq", "step", "idx", "arrival_us", "end_us", "launch_us", "window_start_us", "source", "waited"]
     cats = [f"win_{c}_ms" for c in CATEGORIES]
     if not tl.collectives:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("group", "kind", "name", "source") else "float") for c in cols + cats})
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("group", "kind", "name", "source") else "bool" if c == "waited" else "float") for c in cols + cats})
     df = pd.DataFrame(tl.collectives).sort_values("arrival_us", kind="stable").reset_index(drop=True)
     df["seq"] = pd.to_numeric(df["seq"], errors="coerce")
     if tl.steps:

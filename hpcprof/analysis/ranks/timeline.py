@@ -25,6 +25,14 @@ MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 HOST_CATS = {"cpu_op", "user_annotation", "python_function", "Operator", "cpu_instant_event"}
 GLOO_RE = re.compile(r"^gloo:(.+)$")
+C10D_RE = re.compile(r"^c10d::")
+WAITED_RESUME_US = 2000.0
+"""A CPU collective counts as waited for when the main thread was not computing (operators other
+than the c10d:: calls that enqueue or wait for collectives) at its end and resumed within this
+long after it: the main thread sat blocked in it (DDP's buffer broadcast, the wait for the last
+gradient buckets at the end of backward) rather than going on while a gloo worker thread ran it
+(the gradient all-reduces launched during backward). 2 ms: a woken thread runs within a
+scheduler tick (1-4 ms) on a loaded host, within tens of microseconds on a quiet one."""
 CATEGORIES = STEP_CATEGORIES
 """What a rank spent a time window on (RankTimeline.window's keys): the per-step and per-window
 columns of the map's tables. Defined in ranks/categories.py, with the straggler causes (these + comm)."""
@@ -137,6 +145,16 @@ class RankTimeline:
         }
 
 
+def _main_waited(op_start: np.ndarray, op_end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per instant t (a collective's end): whether the main thread sat idle at t and resumed computing
+    within WAITED_RESUME_US after it (the operator intervals are the main thread's computing ops)."""
+    busy = Intervals(op_start, op_end)
+    starts = np.sort(op_start)
+    j = np.searchsorted(starts, t, side="left")
+    nxt = np.where(j < starts.size, starts[np.minimum(j, max(starts.size - 1, 0))] if starts.size else np.inf, np.inf)
+    return ~busy.contains(t) & (nxt - t <= WAITED_RESUME_US)
+
+
 def _coll_kind_from_kernel(name: str) -> str:
     m = re.match(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)", name)
     return m.group(1) if m else name.split("(")[0]
@@ -216,6 +234,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     host_all = Intervals(ts[main], end[main])
     ops = main & (cat_v == "cpu_op")
     host_ops = Intervals(ts[ops], end[ops])
+    computing = ops & ~_matches(name, C10D_RE.match)
     data = main & _matches(name, DATA_RE.search)
     host_data = Intervals(ts[data], end[data])
 
@@ -256,6 +275,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
                 "end_us": float(end[i]),
                 "launch_us": launch_by_row.get(int(i), np.nan),
                 "source": "gpu",
+                "waited": True,  # a stream runs its NCCL kernels one after the other
             }
         )
     if not is_gpu.any():
@@ -263,6 +283,8 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
         # this rank is ready (its enqueue has happened and the previous collective finished) and ends
         # when the data from the slowest peer arrived.
         idx = np.flatnonzero(is_gloo)
+        waited = np.zeros(n, dtype=bool)
+        waited[idx] = _main_waited(ts[computing], end[computing], end[idx])
         for i in idx[np.argsort(ts[idx], kind="stable")]:
             kind = GLOO_RE.match(names[i]).group(1)
             collectives.append(
@@ -275,6 +297,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
                     "end_us": float(end[i]),
                     "launch_us": np.nan,
                     "source": "cpu",
+                    "waited": bool(waited[i]),
                 }
             )
 

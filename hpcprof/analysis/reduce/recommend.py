@@ -177,7 +177,7 @@ def recommendations(
         recs.append(
             {
                 "title": f"Straggler: rank {s['rank']} (node {s.get('node') or 'unknown'}) makes the others wait; {advice}",
-                "evidence": f"costs the job {_fmt(s['cost_ms_per_step'])} ms per step{pct} (what-if replay: the step replayed with this rank at the other ranks' median is that much shorter); above the threshold of {_fmt(s['threshold_ms'])} ms in {s['steps_flagged']} of {s['steps']} profiled steps; cause: {s['cause_detail']}",
+                "evidence": f"costs the job {_fmt(s['cost_ms_per_step'])} ms per step{pct} (what-if replay: the step replayed with this rank at the other ranks' median is that much shorter); above the threshold of {_fmt(s['threshold_ms'])} ms{_noise(s)} in {s['steps_flagged']} of {s['steps']} profiled steps; cause: {s['cause_detail']}",
                 "score": 100 * s["cost_ms_per_step"] / step_ms if step_ms else 50.0,
             }
         )
@@ -199,3 +199,11 @@ def recommendations(
     for r in recs:
         r["score"] = round(float(r["score"]), 2)
     return recs
+
+
+def _noise(s: dict) -> str:
+    """How the straggler threshold was made of a base and the other ranks' jitter (reduce.whatif)."""
+    base, noise = s.get("base_threshold_ms"), s.get("others_cost_ms_per_step")
+    if base is None or not noise:
+        return ""
+    return f" (max(1 ms, 5% of the step) = {_fmt(base)} ms, plus {_fmt(noise)} ms that the other ranks cost from their own jitter)"

@@ -18,9 +18,12 @@ Model (README.md, "Straggler flag", says the same in prose):
   cycles). GPU: the NCCL kernels of a stream run one after another, so a rank's segment starts at
   the end of its previous collective, or, where that one was still running when the rank arrived
   (another stream), at the latest one that had ended (`_anchors`). CPU (gloo): collectives run on
-  worker threads while the main thread goes on computing, so a rank reaches each one by its own
-  progress since the step start (every segment starts at the step start) and waits for them at
-  the end of backward (its tail). The model ignores: a dependency on a collective that overlapped
+  worker threads; the main thread waits for some (DDP's buffer broadcast at the start of forward,
+  the gradient all-reduces still in flight at the end of backward) and goes on computing during
+  others (the gradient all-reduces launched during backward). The rank mapper marks each instance
+  `waited` from the main thread's activity during it (hpcprof.analysis.ranks.timeline); a CPU
+  rank's segment starts at the end of the latest-ending collective it waited for, or the step
+  start, and its tail at the end of the latest-ending one it waited for. The model ignores: a dependency on a collective that overlapped
   the arrival (another stream), transfer times that would change with other arrival patterns, and
   a rank whose arrival was set by its own compute while the model chains it to the previous
   collective's end (GPU; it then overstates what an earlier end would have saved).
@@ -40,8 +43,15 @@ Model (README.md, "Straggler flag", says the same in prose):
 - Step starts are inputs: lateness a rank brings into a step was made in the previous step.
 
 Flag rule: a rank is a straggler when its cost exceeds max(NOISE_FLOOR_MS, REL_THRESHOLD x that
-step's time) in at least MIN_STEP_SHARE of the profiled steps; stragglers are ordered by their
-mean cost. NOISE_FLOOR_MS (1 ms): below it scheduling and clock jitter dominate, and nothing a user
+step's time) PLUS the median cost of the other ranks in that step, in at least MIN_STEP_SHARE of
+the profiled steps; stragglers are ordered by their mean cost. Why the others' cost is added: the
+replay puts s at the others' median, which removes s's step-to-step noise as well as any lateness,
+so in a job whose ranks jitter every rank has a positive cost (2 ranks with independent jitter of
+standard deviation sd per segment: about 0.56 sd per segment each; measured on the 2-rank CPU
+demo: both ranks 15-55 ms in a 550 ms step). What the others cost in the same step is that noise
+level; a straggler costs more than it, a healthy rank of a jittery job does not. A real straggler
+among ranks that do not jitter (8-rank GPU jobs, the trace drills) meets others' costs near zero,
+so the threshold is unchanged there. NOISE_FLOOR_MS (1 ms): below it scheduling and clock jitter dominate, and nothing a user
 could fix is that small per step; REL_THRESHOLD (5%): a rank costing less than a twentieth of the
 step is not worth chasing before the job's other recommendations; MIN_STEP_SHARE (0.5, at least
 half): a straggler is late persistently or periodically (a rank late every second step, as a
@@ -109,6 +119,7 @@ class StepGraph:
     prev: np.ndarray  # (R, K) the collective the segment before k starts from (-1: step start), see _anchors
     last_k: np.ndarray  # (R,) the rank's latest-ending collective, where its tail starts (-1: none)
     coll_end: np.ndarray  # (R, K) aligned ends (NaN if not a member)
+    kinds: tuple = ()  # (K,) the collectives' kinds, in replay order
 
     @property
     def measured_ms(self) -> float:
@@ -131,10 +142,10 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
             stop = np.fmax(stop, steps["device_end_us"])
         steps = pd.DataFrame({"rank": steps["rank"], "step": steps["step"], "start": steps["ts_us"] - off, "stop": stop - off})
     # GPU: NCCL kernels of a stream run one after the other: a rank's segment runs from its previous
-    # collective's end. CPU (gloo): collectives run on worker threads while the main thread goes on
-    # computing; a rank reaches the next one by its own progress since the step start, and waits
-    # for them only at the end of backward (its tail).
+    # collective's end. CPU (gloo): only the collectives the main thread waited for are chain points.
     serial = not ("source" in m and (m["source"] == "cpu").mean() > 0.5)
+    waited_col = m["waited"].fillna(True).astype(bool) if "waited" in m else pd.Series(True, index=m.index)
+    m = m.assign(waited=waited_col)
     out = []
     key_step = m.groupby("key")["step"].agg(lambda s: s.mode().iloc[0])
     m = m[m["step"].to_numpy() == m["key"].map(key_step).to_numpy()]
@@ -154,51 +165,91 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
         ki = {k: j for j, k in enumerate(keys)}
         arr = np.full((R, K), np.nan)
         end = np.full((R, K), np.nan)
-        for r, k, a, e in zip(sub["rank"], sub["key"], sub["arrival"], sub["end"]):
+        waited = np.zeros((R, K), dtype=bool)
+        for r, k, a, e, w in zip(sub["rank"], sub["key"], sub["arrival"], sub["end"], sub["waited"]):
             arr[ri[int(r)], ki[k]], end[ri[int(r)], ki[k]] = a, e
+            waited[ri[int(r)], ki[k]] = bool(w)
         member = ~np.isnan(arr)
+        chain = member if serial else member & _chain_points(member, arr, waited)[None, :]
         start, stop = st["start"].to_numpy(float), st["stop"].to_numpy(float)
-        prev = _anchors(member, arr, end) if serial else np.full((R, K), -1, dtype=int)
+        prev = _anchors(member, arr, end, chain, by_end=not serial)
         seg = np.full((R, K), np.nan)
         for i in range(R):
             for k in np.flatnonzero(member[i]):
                 p = prev[i, k]
                 seg[i, k] = arr[i, k] - (end[i, p] if p >= 0 else start[i])
-        # the tail runs from the end of the rank's latest-ending collective
-        last_k = np.where(member.any(axis=1), np.nanargmax(np.where(member, end, -np.inf), axis=1) if K else -1, -1)
+        last_k = _tail_anchors(chain, end)
         tail = stop - np.where(last_k >= 0, end[np.arange(R), np.maximum(last_k, 0)] if K else start, start)
         last_arr = np.nanmax(arr, axis=0) if K else np.empty(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             transfer = np.nanmedian(end - last_arr[None, :], axis=0) if K else np.empty(0)
-        out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k, end))
+        kind_of = dict(zip(sub["key"], sub["kind"].astype(str))) if "kind" in sub else {}
+        out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k, end,
+                             tuple(kind_of.get(k, "") for k in keys)))
     return out
 
 
-def _anchors(member: np.ndarray, arr: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _anchors(member: np.ndarray, arr: np.ndarray, end: np.ndarray, chain: np.ndarray | None = None,
+             by_end: bool = False) -> np.ndarray:
     """(R, K): the collective each rank's segment before k starts from (-1: the step start).
 
     Normally the rank's previous collective. Where that one was still running when the rank arrived
     at k (gloo runs collectives on two worker threads; NCCL on several streams), k did not wait for
-    it: go back to the latest collective that had ended. The anchor is then the same for every
-    member (the earliest of their own), so that the ranks' segments before k span the same work
-    and the median of the others' is a fair stand-in."""
+    it: go back to the latest collective that had ended. Only collectives in `chain` qualify (CPU:
+    the ones the main thread waited for), and with `by_end` the latest-ending one is taken rather
+    than the latest in replay order (CPU: the main thread resumes when the last of them ends). The
+    anchor is then the same for every member (the earliest of their own), so that the ranks'
+    segments before k span the same work and the median of the others' is a fair stand-in."""
     R, K = member.shape
+    chain = member if chain is None else chain & member
     own = np.full((R, K), -1, dtype=int)
     for i in range(R):
         ks = np.flatnonzero(member[i])
         for n, k in enumerate(ks):
-            for j in ks[:n][::-1]:
-                if end[i, j] <= arr[i, k]:
-                    own[i, k] = j
-                    break
+            done = [j for j in ks[:n] if chain[i, j] and end[i, j] <= arr[i, k]]
+            if done:
+                own[i, k] = max(done, key=lambda j: (end[i, j], j)) if by_end else done[-1]
     anchor = np.full((R, K), -1, dtype=int)
     for k in range(K):
         m = np.flatnonzero(member[:, k])
         common = own[m, k].min() if m.size else -1
         for i in m:
-            anchor[i, k] = common if common < 0 or member[i, common] else own[i, k]
+            anchor[i, k] = common if common < 0 or chain[i, common] else own[i, k]
     return anchor
+
+
+def _chain_points(member: np.ndarray, arr: np.ndarray, waited: np.ndarray) -> np.ndarray:
+    """(K,) CPU ranks: the collectives whose end the ranks' later work depends on: a rank that
+    arrived before the last one sat blocked in it until it ended (`waited`, from the main thread's
+    activity). The late rank itself hardly waits (only the transfer), so its flag is not asked.
+    One decision per collective, so that every member's segments start from the same point and
+    the median of the others' is a fair stand-in."""
+    K = member.shape[1]
+    out = np.zeros(K, dtype=bool)
+    for k in range(K):
+        m = np.flatnonzero(member[:, k])
+        if m.size == 0:
+            continue
+        last = m[np.argmax(arr[m, k])]
+        early = m[m != last]
+        out[k] = bool(waited[early, k].any()) if early.size else bool(waited[m, k].all())
+    return out
+
+
+def _tail_anchors(chain: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """(R,) the collective each rank's tail starts from (-1: the step start): its latest-ending chain
+    point, or, where the ranks' differ, the earliest of them that is a chain point of every rank, so
+    that the tails span the same work (as `_anchors` does for segments)."""
+    R, K = chain.shape
+    if not K:
+        return np.full(R, -1, dtype=int)
+    own = np.where(chain.any(axis=1), np.nanargmax(np.where(chain, end, -np.inf), axis=1), -1)
+    if (own >= 0).all():
+        common = int(own.min())
+        if chain[:, common].all():
+            return np.full(R, common, dtype=int)
+    return own
 
 
 def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
@@ -232,17 +283,26 @@ def replay(g: StepGraph, seg: np.ndarray, tail: np.ndarray) -> np.ndarray:
     return (np.max(fin, axis=1) - g.start.min()) / 1e3
 
 
-def scenarios(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+def scenarios(g: StepGraph, ref: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Segments and tails of the R + 2 replays: as measured, each rank s at the median of the others
-    (scenario 1 + s), every rank at the median of all (last)."""
+    in this step (scenario 1 + s; `ref`, (R, K) segments and (R,) tails, replaces that median), every
+    rank at the median of all (last).
+
+    Why the same step and not the others' median pooled over the profiled steps: with few ranks the
+    pooled median mixes the others' good and bad steps (2 ranks, one late every second step: the
+    pooled "others" of the healthy rank is half late), and the step's own conditions (a slow step
+    for every rank) are lost."""
     R, K = g.seg.shape
     S = R + 2
     seg = np.broadcast_to(g.seg, (S, R, K)).copy()
     tail = np.broadcast_to(g.tail, (S, R)).copy()
-    mo = _median_others(g.seg, g.member)
-    to = _median_others(g.tail[:, None], np.ones((R, 1), dtype=bool))[:, 0]
+    if ref is None:
+        mo = _median_others(g.seg, g.member)
+        to = _median_others(g.tail[:, None], np.ones((R, 1), dtype=bool))[:, 0]
+    else:
+        mo, to = ref
     idx = np.arange(R)
-    seg[1 + idx, idx, :] = mo
+    seg[1 + idx, idx, :] = np.where(g.member, mo, np.nan)
     tail[1 + idx, idx] = to
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -335,7 +395,7 @@ def name_cause(excess: dict[str, float] | None, cost_ms: float) -> tuple[str, di
 @dataclass
 class WhatIf:
     steps: pd.DataFrame  # step, measured_ms, replayed_ms, replay_error_pct, ideal_ms, threshold_ms
-    costs: pd.DataFrame  # rank, step, cost_ms, wait_ms, above
+    costs: pd.DataFrame  # rank, step, cost_ms, wait_ms, others_cost_ms, threshold_ms, above
     per_rank: pd.DataFrame  # rank, whatif_cost_ms_per_step, whatif_cost_ms_per_step_median, steps_above_share
     stragglers: list
     collectives: pd.DataFrame
@@ -370,10 +430,13 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
                           "replay_error_pct": 100 * (t[0] - g.measured_ms) / g.measured_ms if g.measured_ms else 0.0,
                           "threshold_ms": thr, "collectives": g.member.shape[1]})
         last_arr = np.nanmax(g.arrival, axis=0)
+        step_costs = t[0] - t[1:1 + len(g.ranks)]
         for i, r in enumerate(g.ranks):
-            cost = float(t[0] - t[1 + i])
+            cost = float(step_costs[i])
+            noise = max(0.0, float(np.median(np.delete(step_costs, i)))) if len(g.ranks) > 1 else 0.0
             wait = float(np.nansum(np.where(g.member[i], last_arr - g.arrival[i], 0.0))) / 1e3
-            cost_rows.append({"rank": int(r), "step": g.step, "cost_ms": cost, "wait_ms": wait, "above": cost > thr})
+            cost_rows.append({"rank": int(r), "step": g.step, "cost_ms": cost, "wait_ms": wait, "others_cost_ms": noise,
+                              "threshold_ms": thr + noise, "above": cost > thr + noise})
             ex = _window_excess(g, i, mt.df, steps)
             if ex is None:
                 have_cause = False
@@ -412,7 +475,9 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
             "mixed: " + ", ".join(f"{c} {100 * v:.0f}%" for c, v in shares.items()) + " of the cost",
             "cause_shares": shares,
             "cause_excess_ms_per_step": {c: round(v / n_steps, 3) for c, v in (ex or {}).items()},
-            "threshold_ms": round(float(st["threshold_ms"].median()), 3),
+            "threshold_ms": round(float(mine["threshold_ms"].median()), 3),
+            "base_threshold_ms": round(float(st["threshold_ms"].median()), 3),
+            "others_cost_ms_per_step": round(float(mine["others_cost_ms"].median()), 3),
             "others_wait_ms_per_step": round(float(per_rank.loc[per_rank["rank"] != row.rank, "wait_ms_per_step"].median()), 3),
         })
     ideal = float(st["ideal_ms"].sum())
