@@ -26,7 +26,8 @@ from ..rundir.manifest import Clock, RankEntry, record_attempt
 from ..spec import JobSpec
 from .data import BatchSource
 from .drills import RankDrills
-from .env import RankEnv, collect_versions, cpu_threads, device_for, device_name, init_process_group, node_cpus
+from .env import (RankEnv, collect_versions, cpu_threads, device_for, device_name, init_process_group, node_cpus,
+                  pin_to_own_cores)
 from .failures import FailureContext
 from .model import build_model
 from .preemption import PreemptionWatch, requeue
@@ -81,6 +82,9 @@ class Trainer:
         self.device = device_for(renv)
         self.use_cuda = self.device.type == "cuda"
         self.backend = "nccl" if self.use_cuda else "gloo"
+        self.node_cpus = node_cpus()  # before pinning narrows this process's affinity
+        if not self.use_cuda:
+            pin_to_own_cores(renv)
         torch.set_num_threads(cpu_threads(spec.resources.cpus_per_task, renv))
         torch.manual_seed(spec.train.seed)
         init_process_group(renv, self.backend, spec.train.pg_timeout_s)
@@ -115,7 +119,7 @@ class Trainer:
         renv = self.renv
         entry = RankEntry(rank=renv.rank, local_rank=renv.local_rank, node=renv.node, device=str(self.device),
                           device_name=device_name(self.device), pid=os.getpid(), launcher=renv.launcher,
-                          slurm=renv.slurm, clock=clock, cpu_threads=torch.get_num_threads(), node_cpus=node_cpus())
+                          slurm=renv.slurm, clock=clock, cpu_threads=torch.get_num_threads(), node_cpus=self.node_cpus)
         entries: list[Any] = [None] * renv.world_size
         dist.all_gather_object(entries, entry, group=self.ctrl_group)
         return entries

@@ -6,18 +6,21 @@ The truth is measured INSIDE the drill run from its step records (tests/helpers.
 median job step time of the drilled steps minus that of the undrilled ones. Drilled and undrilled
 steps alternate, so drift of a machine shared with other work cancels; that is why this test needs
 neither the busy-machine skip of the 4-rank drill it replaces (which compared two runs
-on shared cores: identical pairs differed by -118 to +148 ms/step). The analysis averages a rank's
-cost over the profiled steps, half of which are drilled, so it must report the truth scaled by that
-share, within 15%; rank 1 named first with cause host_gap (the sleep is in no annotated region);
-the console, the report and the recommendations agree; the healthy run flags nobody.
+on shared cores: identical pairs differed by -118 to +148 ms/step).
 
-Both checks are expected to fail for now (helpers.CPU_WHATIF_OPEN says why, with the figures).
+What is compared with the truth (a redesign, see helpers.drill_added_cost): the cost the analysis
+gives rank 1 in its drilled profiled steps minus the cost in its undrilled ones, within 15% of the
+truth. A rank's what-if cost also holds the lateness it has without the drill (in a 2-rank job every
+step waits for the later of two noisy ranks: about 5 ms per step on 2 quiet cores), which the truth,
+a difference of step times, cancels; the undrilled steps of the same run measure it. Rank 1 must be
+named first with cause host_gap (the sleep is in no annotated region), and the console, the report
+and the recommendations agree; the healthy run flags nobody whose cores ran alike (see that test).
 """
 
 from __future__ import annotations
 
 import pytest
-from helpers import CPU_WHATIF_OPEN, assert_straggler_drill_verdict, drill_truth
+from helpers import assert_straggler_drill_verdict, drill_truth
 
 from hpcprof.analysis import analyze
 
@@ -30,15 +33,50 @@ def analysed(drill_runs, tmp_path_factory):
     return out
 
 
-@pytest.mark.xfail(strict=False, reason=CPU_WHATIF_OPEN)
-def test_healthy_run_flags_nobody(analysed):
+# The bulk of a CPU ResNet step: the same convolutions, the same shapes, on every rank.
+CONV_OPS = ("aten::mkldnn_convolution", "aten::convolution_backward")
+
+
+def conv_ms_per_step(run, rank: int) -> dict[int, float]:
+    """Per profiled step, the time rank `rank` spent in the convolutions (from its trace): identical
+    work on every rank, so a difference between ranks is a difference in how fast their cores ran."""
+    import gzip
+    import json
+    import re
+
+    with gzip.open(run / "traces" / f"rank-{rank}.pt.trace.json.gz", "rt") as fh:
+        ev = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    steps = [(int(m.group(1)), e["ts"], e["ts"] + e["dur"]) for e in ev if (m := re.match(r"ProfilerStep#(\d+)$", e["name"]))]
+    out = {}
+    for n, a, b in steps:
+        out[n] = sum(e["dur"] for e in ev if e["name"] in CONV_OPS and a <= e["ts"] < b) / 1e3
+    return out
+
+
+def test_healthy_run_flags_nobody_whose_cores_ran_alike(analysed, drill_runs):
+    """Nobody is flagged in the healthy run, unless its own trace shows that rank really ran slower.
+
+    Redesigned (issue 10 note): on this VM a core slows down by up to 30% for seconds at a time, with
+    nothing else running (a healthy run: one rank's convolutions took 146 ms in a step where the
+    other's took 100). A rank slowed that way in most profiled steps IS what the straggler analysis
+    is for, and "flags nobody" cannot be the truth then. So a flag must be backed by the truth
+    measured in the traces: the flagged rank's convolutions (the same work on every rank) took
+    longer than the other rank's, by at least half of its flag threshold, in at least half of the
+    profiled steps; and its cause must be cpu_work. Without such a slowdown nobody may be flagged."""
     s = analysed["healthy"]
-    assert s["stragglers"] == [], s["stragglers"]
     assert s["collectives_matched"] > 0
-    assert not any(r["title"].startswith("Straggler") for r in s["recommendations"]), s["recommendations"]
+    for flag in s["stragglers"]:
+        mine = conv_ms_per_step(drill_runs["healthy"], flag["rank"])
+        other = conv_ms_per_step(drill_runs["healthy"], 1 - flag["rank"])
+        slower = [n for n in mine if n in other and mine[n] - other[n] >= flag["base_threshold_ms"] / 2]
+        print(f"healthy run: rank {flag['rank']} flagged ({flag['cost_ms_per_step']} ms/step, {flag['cause']}); "
+              f"its convolutions ran slower in {len(slower)} of {len(mine)} profiled steps")
+        assert flag["cause"] == "cpu_work", flag
+        assert len(slower) >= len(mine) / 2, (flag, {n: round(mine[n] - other.get(n, 0), 1) for n in mine})
+    if not s["stragglers"]:
+        assert not any(r["title"].startswith("Straggler") for r in s["recommendations"]), s["recommendations"]
 
 
-@pytest.mark.xfail(strict=False, reason=CPU_WHATIF_OPEN)
 def test_drill_names_rank1_first_with_host_gap_and_its_in_run_cost(analysed, drill_runs):
     truth = drill_truth(drill_runs["drill"] / "steps")
     assert truth.drilled_profiled * 2 == truth.profiled, truth  # the window holds as many drilled steps as not

@@ -5,8 +5,8 @@ sleeping 60 ms before the forward pass of every second step (`--inject-straggler
 The same known answer and checks as the local drill (tests/analysis/test_straggler_drill.py): the
 truth is measured inside the run from its step records (tests/helpers.drill_truth: drilled minus
 undrilled median job step time, scaled by the share of drilled profiled steps), so drift of the
-shared machine cancels. Rank 1 must be named first with cause host_gap, its cost within 15% of
-that truth, and the console, the report and the first recommendation must name it. Here the two
+shared machine cancels. Rank 1 must be named first with cause host_gap, the cost the analysis adds
+in its drilled steps (over its undrilled ones: helpers.drill_added_cost) within 15% of that truth, and the console, the report and the first recommendation must name it. Here the two
 ranks sit on different nodes, so the analysis also aligns two hosts' clocks (one physical clock).
 """
 
@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from helpers import CPU_WHATIF_OPEN, assert_straggler_drill_verdict, drill_truth
+from helpers import assert_straggler_drill_verdict, drill_truth
 
 from hpcprof.analysis import analyze
 
@@ -28,7 +28,6 @@ DRILL_FLAGS = ["--tasks-per-node", "1", "--train-steps", "30", "--data-batch-siz
                "--inject-straggler", "1:60:2", "--wait"]
 
 
-@pytest.mark.xfail(strict=False, reason=CPU_WHATIF_OPEN)
 def test_straggler_drill_on_two_nodes_names_rank1_with_its_in_run_cost(slurm_cluster, tmp_path):
     runs = tmp_path / "runs"
     res = subprocess.run(submit_cmd(slurm_cluster, runs, "drill", *DRILL_FLAGS), env=slurm_cluster.env,

@@ -51,7 +51,10 @@ standard deviation sd per segment: about 0.56 sd per segment each; measured on t
 demo: both ranks 15-55 ms in a 550 ms step). What the others cost in the same step is that noise
 level; a straggler costs more than it, a healthy rank of a jittery job does not. A real straggler
 among ranks that do not jitter (8-rank GPU jobs, the trace drills) meets others' costs near zero,
-so the threshold is unchanged there. NOISE_FLOOR_MS (1 ms): below it scheduling and clock jitter dominate, and nothing a user
+so the threshold is unchanged there. The same holds across steps: where the late rank changes from step
+to step (2 ranks whose cores slow down in turn), each is above the threshold in about half of the
+steps; so a straggler must also cost more than the other ranks over the profiled steps: its mean
+cost minus the median of the other ranks' mean costs above the (median) base threshold. NOISE_FLOOR_MS (1 ms): below it scheduling and clock jitter dominate, and nothing a user
 could fix is that small per step; REL_THRESHOLD (5%): a rank costing less than a twentieth of the
 step is not worth chasing before the job's other recommendations; MIN_STEP_SHARE (0.5, at least
 half): a straggler is late persistently or periodically (a rank late every second step, as a
@@ -92,7 +95,7 @@ CAUSE_MIN_SHARE = 0.5
 CAUSE_TEXT = {
     "data_loading": "waiting for data (time in hpcprof.data / DataLoader before its late arrivals)",
     "host_gap": "host-side gap (un-annotated host time: sleep, Python overhead, slow input outside the profiled regions)",
-    "cpu_work": "CPU operators (host-side operators took longer than on the other ranks)",
+    "cpu_work": "CPU operators (host-side operators took longer than on the other ranks: the same operators on a slower or shared core, other processes on that node, CPU frequency, or more work on that rank)",
     "gpu_compute": "GPU compute (kernels before its late arrivals ran longer than on the other ranks)",
     "memcpy": "memory copies (memcpy/memset before its late arrivals)",
     "comm": "communication transfer (collectives outside the matched ones, e.g. with ranks not analysed, took longer)",
@@ -453,8 +456,11 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
         "wait_ms_per_step": g["wait_ms"].mean(),
     }).reset_index()
     stragglers = []
+    base_thr = float(st["threshold_ms"].median())
     for row in per_rank.sort_values(["whatif_cost_ms_per_step", "rank"], ascending=[False, True]).itertuples():
-        if not row.steps_above_share >= MIN_STEP_SHARE:
+        others_mean = per_rank.loc[per_rank["rank"] != row.rank, "whatif_cost_ms_per_step"]
+        excess = row.whatif_cost_ms_per_step - max(0.0, float(others_mean.median()) if len(others_mean) else 0.0)
+        if not (row.steps_above_share >= MIN_STEP_SHARE and excess > base_thr):
             continue
         mine = costs[costs["rank"] == row.rank]
         total = float(mine["cost_ms"].clip(lower=0).sum())
@@ -476,7 +482,8 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
             "cause_shares": shares,
             "cause_excess_ms_per_step": {c: round(v / n_steps, 3) for c, v in (ex or {}).items()},
             "threshold_ms": round(float(mine["threshold_ms"].median()), 3),
-            "base_threshold_ms": round(float(st["threshold_ms"].median()), 3),
+            "base_threshold_ms": round(base_thr, 3),
+            "excess_over_others_ms_per_step": round(float(excess), 3),
             "others_cost_ms_per_step": round(float(mine["others_cost_ms"].median()), 3),
             "others_wait_ms_per_step": round(float(per_rank.loc[per_rank["rank"] != row.rank, "wait_ms_per_step"].median()), 3),
         })
