@@ -1,0 +1,50 @@
+"""Where a local CPU rank runs (hpcprof.rank.env.pin_to_own_cores): each rank on its own cores, so
+that one rank's gloo threads and other processes do not land on the core of another (issue 10,
+"ranks on dedicated cores"). The affinity calls are replaced by a fake machine with N cores."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hpcprof.rank import env as E
+
+
+def renv(local_rank: int, local_world_size: int, launcher: str = "submitit-local") -> E.RankEnv:
+    return E.RankEnv(rank=local_rank, world_size=local_world_size, local_rank=local_rank,
+                     local_world_size=local_world_size, master_addr="127.0.0.1", master_port=29500, launcher=launcher)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """A fake affinity API over cores 0..n-1; returns the dict holding what each call set."""
+    state = {"cores": set(range(4)), "set": None}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(state["cores"]))
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cores: state.update(set=sorted(cores)))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    return state
+
+
+@pytest.mark.parametrize("local_rank, expected", [(0, [0, 1]), (1, [2, 3])])
+def test_two_local_ranks_on_four_cores_get_two_cores_each(machine, local_rank, expected):
+    assert E.pin_to_own_cores(renv(local_rank, 2)) == expected
+    assert machine["set"] == expected
+
+
+def test_the_cores_this_process_may_use_are_the_ones_shared_out(machine):
+    machine["cores"] = {4, 5, 6, 7, 8}  # e.g. a cgroup or taskset: 5 cores, 2 ranks -> 2 each
+    assert E.pin_to_own_cores(renv(1, 2)) == [6, 7]
+
+
+@pytest.mark.parametrize("case", ["one rank", "more ranks than cores", "slurm"])
+def test_nothing_is_pinned_where_it_would_not_give_each_rank_its_own_core(machine, monkeypatch, case):
+    if case == "one rank":
+        r = renv(0, 1)
+    elif case == "more ranks than cores":
+        r = renv(3, 8)
+    else:
+        monkeypatch.setenv("SLURM_JOB_ID", "42")  # SLURM binds tasks itself (--cpu-bind)
+        r = renv(1, 2, launcher="submitit-slurm")
+    assert E.pin_to_own_cores(r) is None
+    assert machine["set"] is None
