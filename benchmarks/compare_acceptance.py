@@ -20,7 +20,7 @@ def submit(name, extra=()):
 def cmp(a, b, tag):
     p = subprocess.run([PY, "-m", "hpcprof.compare", str(OUT / a), str(OUT / b), "--out", str(OUT.parent / f"cmp-{tag}"), "--no-op-deltas", "--quiet"], cwd=REPO, capture_output=True, text=True)
     if p.returncode: print("compare failed", tag, p.stderr[-1500:], flush=True); return None
-    r = json.loads(OUT.parent / f"cmp-{tag}" / "compare.json".read_text())
+    r = json.loads((OUT.parent / f"cmp-{tag}" / "compare.json").read_text())
     d = {x["metric"]: x for x in r["deltas"]}["samples_per_s"]
     print("RESULT", tag, round(d["change_pct"], 2), [round(c, 2) for c in d["ci_pct"]], d["verdict"], flush=True)
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 10

@@ -96,3 +96,31 @@ def test_refuses_a_single_run_and_names_a_bad_path(tmp_path):
     p = subprocess.run([sys.executable, "-m", "hpcprof.compare", str(tmp_path), str(missing), "--out", str(tmp_path / "o")],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and str(missing) in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bootstrap_keeps_drift_within_a_run_in_its_interval(monkeypatch):
+    """Step times drift within a run (this VM: 260 -> 200 ms over one 30-step run); resampling single
+    steps treats that drift as independent noise and gives too narrow an interval. The block
+    bootstrap (blocks of ceil(sqrt(n)) consecutive steps) keeps stretches together: on a drifting
+    series its interval is wider than the single-step one, on white noise about as wide."""
+    import numpy as np
+
+    from hpcprof.compare import stats
+
+    rng = np.random.default_rng(1)
+    drift = np.linspace(200.0, 260.0, 25) + rng.normal(0, 2, 25)
+    noise = 230.0 + rng.normal(0, 17, 25)
+
+    blocks = stats.block_length
+
+    def width(base, test, block):
+        monkeypatch.setattr(stats, "block_length", blocks if block else (lambda n: 1))
+        lo, hi = stats.compare_metric("samples_per_s", base, test).ci_pct
+        return hi - lo
+
+    assert blocks(25) == 5
+    flipped = drift[::-1].copy()
+    print("drift:", width(drift, flipped, True), width(drift, flipped, False),
+          "noise:", width(noise, noise[::-1].copy(), True), width(noise, noise[::-1].copy(), False))
+    assert width(drift, flipped, block=True) > 1.3 * width(drift, flipped, block=False)
+    assert width(noise, noise[::-1].copy(), block=True) < 1.5 * width(noise, noise[::-1].copy(), block=False)

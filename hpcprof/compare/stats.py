@@ -4,15 +4,19 @@ Why a bootstrap over steps: step times are skewed (occasional slow steps from th
 loader, the allocator), so neither a t-interval nor a ratio of medians without an interval says
 whether a change is real. Each run's steps are resampled with replacement (independently for the
 two runs), the statistic is recomputed, and the 2.5th-97.5th percentiles of the relative change
-form the interval. The seed is fixed so the same inputs give the same verdict.
+form the interval. The seed is fixed so the same inputs give the same verdict. The resampling is
+by blocks of ceil(sqrt(n)) consecutive steps (circular moving-block bootstrap): step times drift
+within a run (on the 2-core VM: 260 -> 200 ms over one 30-step run, a core slowing down for
+seconds), and single-step resampling treats that drift as independent noise, giving intervals
+too narrow by half on such a run (tests/test_compare.py).
 
 Verdict: the change counts only when the interval excludes zero AND the point estimate is at
 least `min_change_pct` away from it. The second condition is there because steps within one run
 are not independent of the run (another job on the node, a slower host, the allocator's state):
 two runs of one spec differ even when nothing changed, and the within-run bootstrap cannot see
 that between-run spread. The default 3% is a floor against trivially small "significant" changes,
-not a measured spread: on a shared 2-core machine healthy pairs differed by up to x5 (benchmarks/
-README.md, "Run comparison"); it must be measured on dedicated cores before it is trusted.
+not a measured spread: healthy pairs a minute apart differed by 1-14% on the quiet 2-core VM and
+by up to x5 when other work shared it (benchmarks/README.md, "Run comparison").
 """
 
 from __future__ import annotations
@@ -58,8 +62,18 @@ def point(x: np.ndarray, stat: str) -> float | None:
     return float(100.0 * x[:, 0].sum() / den) if den > 0 else None
 
 
+def block_length(n: int) -> int:
+    """Steps per resampled block: ceil(sqrt(n)) (25 steady steps -> 5), at least 1."""
+    return max(1, int(np.ceil(np.sqrt(n))))
+
+
 def _boot(x: np.ndarray, stat: str, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-    idx = rng.integers(0, len(x), size=(n_boot, len(x)))
+    """Circular moving-block bootstrap: blocks of `block_length` consecutive steps, drawn with
+    replacement, so that drift within the run (slow and fast stretches) stays in the resamples."""
+    n = len(x)
+    L = block_length(n)
+    starts = rng.integers(0, n, size=(n_boot, -(-n // L)))
+    idx = ((starts[:, :, None] + np.arange(L)[None, None, :]) % n).reshape(n_boot, -1)[:, :n]
     if stat == "median":
         return np.median(x[idx], axis=1)
     return 100.0 * x[idx, 0].sum(axis=1) / np.maximum(x[idx, 1].sum(axis=1), 1e-300)
