@@ -33,7 +33,17 @@ DPI = 90
 
 
 def _labels(ranks, nodes: dict) -> list[str]:
-    return [f"rank {r}\n{nodes.get(r) or 'unknown'}" for r in ranks]
+    """Tick labels: "rank r" over its node; the node line is left out when no rank's node is known
+    (a folder of traces: "unknown" under every rank says nothing), and from 6 ranks on the labels
+    shorten to "r<r>" so that they do not run into each other under narrow bars."""
+    ranks = list(ranks)
+    known = any(nodes.get(r) for r in ranks)
+    short = len(ranks) >= 6
+    out = []
+    for r in ranks:
+        head = f"r{r}" if short else f"rank {r}"
+        out.append(f"{head}\n{nodes.get(r) or 'unknown'}" if known else head)
+    return out
 
 
 def _legend_right(ax, handles=None, **kw) -> None:
@@ -153,7 +163,7 @@ def step_heatmap(steps: pd.DataFrame, value: str, source: str, nodes: dict, path
     fig, ax = plt.subplots(figsize=(11, max(3, 0.35 * len(piv.index) + 2)))
     im = ax.imshow(piv.to_numpy(), aspect="auto", cmap="RdBu_r",
                    norm=TwoSlopeNorm(vmin=max(0.0, med - span) if med - span < med else med - 1e-6, vcenter=med, vmax=med + span))
-    ax.set_yticks(range(len(piv.index)), [f"rank {r} ({nodes.get(r) or 'unknown'})" for r in piv.index], fontsize=7)
+    ax.set_yticks(range(len(piv.index)), [f"rank {r} ({nodes[r]})" if nodes.get(r) else f"rank {r}" for r in piv.index], fontsize=7)
     every = max(1, len(piv.columns) // 25)
     ax.set_xticks(range(0, len(piv.columns), every), [str(c) for c in piv.columns[::every]], fontsize=7)
     ax.set_xlabel("step")

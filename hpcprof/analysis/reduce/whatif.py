@@ -6,7 +6,7 @@ rank that is late at one collective may be early at the next, and the delay a la
 propagates through every later collective. The question a user acts on is "how much faster would
 the step be if s behaved like the others?"; a replay of the step's dependency graph answers it.
 
-Model (README.md, "Straggler flag", says the same in prose):
+Model (docs/analysis.md, "What-if replay" and "Straggler flag", says the same in prose):
 - Per rank and profiled step, a CHAIN: the step start (ProfilerStep#N start), then alternately the
   rank's own work SEGMENT and a matched COLLECTIVE, then the TAIL up to the rank's step end (the
   later of the ProfilerStep end and the end of the device work launched in the step).
