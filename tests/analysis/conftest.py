@@ -87,6 +87,17 @@ def cpu_run(drill_runs) -> Path:
     return drill_runs["healthy"]
 
 
+@pytest.fixture(scope="session")
+def parse_cache(tmp_path_factory) -> Path:
+    """One per-rank parse cache for the analyses whose subject is not the cache, so each shared trace
+    set is decoded once per session instead of once per test (the analysis of 8 DLRM ranks spent
+    most of its time there). Safe to share: entries are keyed by the trace file's content hash, so a
+    trace a test alters is a miss and is decoded afresh; the copies keep the original file names,
+    which the cached warnings carry. The cache tests keep their own (test_cache_and_map,
+    test_robustness's memo and truncated-cache tests)."""
+    return tmp_path_factory.mktemp("parse-cache")
+
+
 @pytest.fixture
 def dlrm_copy(tmp_path) -> Path:
     d = tmp_path / "dlrm"

@@ -32,48 +32,48 @@ def test_no_distributed_info_analysed_as_rank0(tmp_path, traces, helpers):
     assert summary["device"] == "cuda"
 
 
-def test_truncated_gzip_named_and_rest_analysed(dlrm_copy, tmp_path):
+def test_truncated_gzip_named_and_rest_analysed(dlrm_copy, tmp_path, parse_cache):
     f = _files(dlrm_copy)[3]
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2])
-    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False, cache_dir=parse_cache)
     assert _ranks(s) == [0, 1, 2, 4, 5, 6, 7]
     assert any(f.name in w and "truncated or corrupt" in w for w in s["warnings"]), s["warnings"]
     assert any("7 of 8 ranks analysed" in w for w in s["warnings"])
 
 
-def test_corrupt_json_named_and_rest_analysed(dlrm_copy, tmp_path):
+def test_corrupt_json_named_and_rest_analysed(dlrm_copy, tmp_path, parse_cache):
     f = _files(dlrm_copy)[1]
     raw = gzip.decompress(f.read_bytes())
     f.write_bytes(gzip.compress(raw[:-5000] + b"garbage"))
-    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False, cache_dir=parse_cache)
     assert 1 not in _ranks(s) and len(_ranks(s)) == 7
     assert any(f.name in w and "not valid JSON" in w for w in s["warnings"]), s["warnings"]
 
 
-def test_empty_file_named_and_rest_analysed(dlrm_copy, tmp_path):
+def test_empty_file_named_and_rest_analysed(dlrm_copy, tmp_path, parse_cache):
     f = _files(dlrm_copy)[0]
     f.write_bytes(b"")
-    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False, cache_dir=parse_cache)
     assert _ranks(s) == [1, 2, 3, 4, 5, 6, 7]
     assert any(f.name in w and "empty file" in w for w in s["warnings"]), s["warnings"]
 
 
-def test_duplicate_rank_named_and_rest_analysed(dlrm_copy, tmp_path):
+def test_duplicate_rank_named_and_rest_analysed(dlrm_copy, tmp_path, parse_cache):
     f = _files(dlrm_copy)[2]
     dup = dlrm_copy / ("zz_copy_of_" + f.name)
     shutil.copy(f, dup)
-    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False, cache_dir=parse_cache)
     assert _ranks(s) == list(range(8))
     assert any(dup.name in w and "duplicate rank 2" in w for w in s["warnings"]), s["warnings"]
 
 
-def test_other_job_world_size_named_and_rest_analysed(dlrm_copy, tmp_path, helpers):
+def test_other_job_world_size_named_and_rest_analysed(dlrm_copy, tmp_path, helpers, parse_cache):
     f = _files(dlrm_copy)[5]
     doc = helpers.load_trace(f)
     doc["distributedInfo"]["world_size"] = 16
     helpers.write_trace(f, doc)
-    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False, cache_dir=parse_cache)
     assert _ranks(s) == [0, 1, 2, 3, 4, 6, 7]
     assert s["world_size"] == 8
     assert any(f.name in w and "(rank 5)" in w and "world size 16" in w for w in s["warnings"]), s["warnings"]

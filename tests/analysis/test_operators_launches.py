@@ -19,10 +19,10 @@ GPU_SETS = [DLRM, SAMPLED]
 
 
 @pytest.mark.parametrize("folder", GPU_SETS, ids=lambda p: p.name)
-def test_launch_stats_equal_hta(folder, tmp_path):
+def test_launch_stats_equal_hta(folder, tmp_path, parse_cache):
     from hta.trace_analysis import TraceAnalysis
 
-    s = analyze(require(folder), out=tmp_path / "an", progress=False)
+    s = analyze(require(folder), out=tmp_path / "an", progress=False, cache_dir=parse_cache)
     ours = pd.read_parquet(tmp_path / "an" / "tables" / "kernel_launches.parquet")
     with contextlib.redirect_stdout(io.StringIO()):
         ta = TraceAnalysis(trace_dir=str(folder))
@@ -41,8 +41,8 @@ def test_launch_stats_equal_hta(folder, tmp_path):
         assert summ.loc[r, "launch_delay_median_us"] == pytest.approx(b["launch_delay"].median())
 
 
-def test_operator_calls_and_host_time_equal_the_raw_events(tmp_path):
-    s = analyze(require(DLRM), out=tmp_path / "an", progress=False)
+def test_operator_calls_and_host_time_equal_the_raw_events(tmp_path, parse_cache):
+    s = analyze(require(DLRM), out=tmp_path / "an", progress=False, cache_dir=parse_cache)
     ops = pd.read_parquet(tmp_path / "an" / "tables" / "operators.parquet")
     assert set(ops["rank"]) == set(s["ranks_analyzed"])
     for p in sorted(DLRM.iterdir()):

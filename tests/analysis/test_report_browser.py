@@ -87,9 +87,9 @@ def shots(tmp_path_factory) -> Path:
     return d
 
 
-def test_dlrm_report_in_chromium(tmp_path, shots):
+def test_dlrm_report_in_chromium(tmp_path, shots, parse_cache):
     out = tmp_path / "an"
-    s = analyze(require(DLRM), out=out, progress=False)
+    s = analyze(require(DLRM), out=out, progress=False, cache_dir=parse_cache)
     doc = check_report(out / "report.html", shots, "report-dlrm")
     text = " ".join(doc.text)
     if s["stragglers"]:

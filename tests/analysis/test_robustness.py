@@ -103,22 +103,22 @@ def test_single_bad_file_is_a_clean_error_naming_it(dlrm_copy, tmp_path):
     assert Path(bad).name in proc.stderr and "nothing could be analysed" in proc.stderr, proc.stderr
 
 
-def test_raw_bytes_are_named_as_not_utf8(dlrm_copy, tmp_path):
+def test_raw_bytes_are_named_as_not_utf8(dlrm_copy, tmp_path, parse_cache):
     bad = _files(dlrm_copy)[1]
     _break(bad, "raw_bytes")
-    s = analyze(dlrm_copy, out=tmp_path / "out", workers=1, progress=False)
+    s = analyze(dlrm_copy, out=tmp_path / "out", workers=1, progress=False, cache_dir=parse_cache)
     assert any(bad.name in w and "UTF-8" in w for w in s["warnings"]), s["warnings"]
 
 
 # ------------------------------------------------------------------ ranks outside the world
-def test_ranks_outside_the_world_are_rejected_with_the_file_named(dlrm_copy, tmp_path):
+def test_ranks_outside_the_world_are_rejected_with_the_file_named(dlrm_copy, tmp_path, parse_cache):
     files = _files(dlrm_copy)
     for f, rank in ((files[1], -3), (files[2], 10**30)):
         doc = _load(f)
         doc["distributedInfo"]["rank"] = rank
         _write(f, doc)
     for workers in (1, 2):
-        s = analyze(dlrm_copy, out=tmp_path / f"out{workers}", workers=workers, progress=False)
+        s = analyze(dlrm_copy, out=tmp_path / f"out{workers}", workers=workers, progress=False, cache_dir=parse_cache)
         assert s["ranks_analyzed"] == [0, 3, 4, 5, 6, 7]
         for f, rank in ((files[1], -3), (files[2], 10**30)):
             assert any(f.name in w and str(rank) in w and "outside" in w for w in s["warnings"]), s["warnings"]

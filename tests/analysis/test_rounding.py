@@ -23,8 +23,8 @@ def _floats(o, key=None):
         yield key, o
 
 
-def test_summary_floats_are_rounded_by_unit(dlrm_copy, tmp_path):
-    analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+def test_summary_floats_are_rounded_by_unit(dlrm_copy, tmp_path, parse_cache):
+    analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False, cache_dir=parse_cache)
     s = json.loads((tmp_path / "out" / "summary.json").read_text())
     seen = {"ms": 0, "pct": 0}
     for key, v in _floats(s):
@@ -38,8 +38,8 @@ def test_summary_floats_are_rounded_by_unit(dlrm_copy, tmp_path):
     assert seen["ms"] > 5 and seen["pct"] > 5, seen
 
 
-def test_every_csv_float_column_names_its_unit_and_parquet_stays_exact(dlrm_copy, tmp_path):
-    analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False)
+def test_every_csv_float_column_names_its_unit_and_parquet_stays_exact(dlrm_copy, tmp_path, parse_cache):
+    analyze(dlrm_copy, out=tmp_path / "out", workers=2, progress=False, cache_dir=parse_cache)
     tables = tmp_path / "out" / "tables"
     checked = 0
     for csv in sorted(tables.glob("*.csv")):

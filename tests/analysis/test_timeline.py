@@ -65,9 +65,9 @@ def dlrm_two_hosts(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def test_dlrm_timeline_one_process_per_rank_every_kernel_of_the_step(tmp_path):
+def test_dlrm_timeline_one_process_per_rank_every_kernel_of_the_step(tmp_path, parse_cache):
     out = tmp_path / "an"
-    s = analyze(require(DLRM), out=out, progress=False, timeline_steps=[10])
+    s = analyze(require(DLRM), out=out, progress=False, timeline_steps=[10], cache_dir=parse_cache)
     doc = read_timeline(out)
     names = processes(doc)
     assert sorted(names) == list(range(8))
@@ -121,8 +121,8 @@ def test_clock_skew_is_recovered_and_leaves_the_verdict(dlrm_two_hosts, tmp_path
         assert abs(first(ta, r) - first(tb, r)) <= 1e3 * n2["uncertainty_ms"] + 1.0
 
 
-def test_size_budget_drops_low_value_events_first_and_says_so(tmp_path):
-    s = analyze(require(DLRM), out=tmp_path / "an", progress=False, timeline_max_events=6000)
+def test_size_budget_drops_low_value_events_first_and_says_so(tmp_path, parse_cache):
+    s = analyze(require(DLRM), out=tmp_path / "an", progress=False, timeline_max_events=6000, cache_dir=parse_cache)
     tl = s["timeline"]
     assert tl["dropped"], "nothing dropped under a 6000-event budget"
     assert list(tl["dropped"])[0] == "launch_flows"  # the lowest value goes first
@@ -133,8 +133,8 @@ def test_size_budget_drops_low_value_events_first_and_says_so(tmp_path):
     assert tl["events"] <= 6000
 
 
-def test_unknown_timeline_step_names_the_profiled_steps(tmp_path):
-    s = analyze(require(DLRM), out=tmp_path / "an", progress=False, timeline_steps=[999])
+def test_unknown_timeline_step_names_the_profiled_steps(tmp_path, parse_cache):
+    s = analyze(require(DLRM), out=tmp_path / "an", progress=False, timeline_steps=[999], cache_dir=parse_cache)
     assert "error" in s["timeline"] and "profiled steps: [10]" in s["timeline"]["error"]
     assert any("timeline" in w and "999" in w for w in s["warnings"])
     assert (tmp_path / "an" / "report.html").is_file()
