@@ -32,10 +32,8 @@ def load_trace(path: Path) -> dict:
 
 
 @pytest.fixture(scope="session")
-def healthy(runs_root):
-    proc, run = submit(runs_root, "healthy")
-    assert proc.returncode == 0, proc.stdout
-    return proc, run
+def healthy(small_cpu_run):
+    return small_cpu_run  # FAST_FLAGS, name "healthy" (conftest.py; test_robustness uses it too)
 
 
 @pytest.fixture(scope="session")

@@ -175,19 +175,13 @@ def test_truncated_cache_file_is_a_miss(dlrm_copy, tmp_path, victim):
 
 # ------------------------------------------------------------------ a real CPU run, altered
 @pytest.fixture(scope="module")
-def small_run(tmp_path_factory) -> Path:
-    """A finished 2-rank CPU run (both ranks on this host), produced once for this module."""
-    runs = tmp_path_factory.mktemp("runs")
-    cmd = [
-        sys.executable, "-m", "hpcprof.submit", "--job", str(REPO / "jobs" / "demo-local.toml"),
-        "--cluster", "local", "--model-image-size", "32", "--data-batch-size", "8",
-        "--name", "small", "--runs-dir", str(runs),
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    run = runs / "small"
-    if proc.returncode != 0 or not (run / "traces" / "rank-1.pt.trace.json.gz").is_file():
-        raise AssertionError(f"submit failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return run
+def small_run(small_cpu_run) -> Path:
+    """A finished 2-rank CPU run (both ranks on this host): the session's run of jobs/demo-local.toml
+    with 32 px images and batch 8 (tests/conftest.py), which the tests below only copy, never alter."""
+    proc, run = small_cpu_run
+    if not (run.root / "traces" / "rank-1.pt.trace.json.gz").is_file():
+        raise AssertionError(f"submit left no rank-1 trace:\n{proc.stdout[-3000:]}")
+    return run.root
 
 
 def _copy_run(run: Path, dst: Path) -> Path:
