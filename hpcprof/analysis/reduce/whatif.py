@@ -23,9 +23,9 @@ Model (docs/analysis.md, "What-if replay" and "Straggler flag", says the same in
   others (the gradient all-reduces launched during backward). The rank mapper marks each instance
   `waited` from the main thread's activity during it (hpcprof.analysis.ranks.timeline); a CPU
   rank's segment starts at the end of the latest-ending collective it waited for, or the step
-  start, and its tail at the end of the latest-ending one it waited for. The model ignores: a dependency on a collective that overlapped
-  the arrival (another stream), transfer times that would change with other arrival patterns, and
-  a rank whose arrival was set by its own compute while the model chains it to the previous
+  start, and its tail at the end of the latest-ending one it waited for (`_chain_points`).
+  The model ignores: a dependency on a collective that overlapped the arrival (another stream),
+  transfer times that would change with other arrival patterns, and a rank whose arrival was set by its own compute while the model chains it to the previous
   collective's end (GPU; it then overstates what an earlier end would have saved).
 - A collective ends at its last arrival plus its TRANSFER, T(k) = median over its ranks of
   (end_r - last arrival), held fixed in every replay. Every rank leaves it at that instant.
@@ -51,10 +51,11 @@ standard deviation sd per segment: about 0.56 sd per segment each; measured on t
 demo: both ranks 15-55 ms in a 550 ms step). What the others cost in the same step is that noise
 level; a straggler costs more than it, a healthy rank of a jittery job does not. A real straggler
 among ranks that do not jitter (8-rank GPU jobs, the trace drills) meets others' costs near zero,
-so the threshold is unchanged there. The same holds across steps: where the late rank changes from step
-to step (2 ranks whose cores slow down in turn), each is above the threshold in about half of the
-steps; so a straggler must also cost more than the other ranks over the profiled steps: its mean
-cost minus the median of the other ranks' mean costs above the (median) base threshold. NOISE_FLOOR_MS (1 ms): below it scheduling and clock jitter dominate, and nothing a user
+so the threshold is unchanged there. The same holds across steps: where the late rank changes
+from step to step (2 ranks whose cores slow down in turn), each is above the threshold in about
+half of the steps; so a straggler must also cost more than the other ranks over the profiled
+steps: its mean cost minus the median of the other ranks' mean costs above the (median) base
+threshold. NOISE_FLOOR_MS (1 ms): below it scheduling and clock jitter dominate, and nothing a user
 could fix is that small per step; REL_THRESHOLD (5%): a rank costing less than a twentieth of the
 step is not worth chasing before the job's other recommendations; MIN_STEP_SHARE (0.5, at least
 half): a straggler is late persistently or periodically (a rank late every second step, as a
@@ -122,7 +123,6 @@ class StepGraph:
     prev: np.ndarray  # (R, K) the collective the segment before k starts from (-1: step start), see _anchors
     last_k: np.ndarray  # (R,) the rank's latest-ending collective, where its tail starts (-1: none)
     coll_end: np.ndarray  # (R, K) aligned ends (NaN if not a member)
-    kinds: tuple = ()  # (K,) the collectives' kinds, in replay order
 
     @property
     def measured_ms(self) -> float:
@@ -187,9 +187,7 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             transfer = np.nanmedian(end - last_arr[None, :], axis=0) if K else np.empty(0)
-        kind_of = dict(zip(sub["key"], sub["kind"].astype(str))) if "kind" in sub else {}
-        out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k, end,
-                             tuple(kind_of.get(k, "") for k in keys)))
+        out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k, end))
     return out
 
 
@@ -286,10 +284,9 @@ def replay(g: StepGraph, seg: np.ndarray, tail: np.ndarray) -> np.ndarray:
     return (np.max(fin, axis=1) - g.start.min()) / 1e3
 
 
-def scenarios(g: StepGraph, ref: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def scenarios(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
     """Segments and tails of the R + 2 replays: as measured, each rank s at the median of the others
-    in this step (scenario 1 + s; `ref`, (R, K) segments and (R,) tails, replaces that median), every
-    rank at the median of all (last).
+    in this step (scenario 1 + s), every rank at the median of all (last).
 
     Why the same step and not the others' median pooled over the profiled steps: with few ranks the
     pooled median mixes the others' good and bad steps (2 ranks, one late every second step: the
@@ -299,11 +296,8 @@ def scenarios(g: StepGraph, ref: tuple[np.ndarray, np.ndarray] | None = None) ->
     S = R + 2
     seg = np.broadcast_to(g.seg, (S, R, K)).copy()
     tail = np.broadcast_to(g.tail, (S, R)).copy()
-    if ref is None:
-        mo = _median_others(g.seg, g.member)
-        to = _median_others(g.tail[:, None], np.ones((R, 1), dtype=bool))[:, 0]
-    else:
-        mo, to = ref
+    mo = _median_others(g.seg, g.member)
+    to = _median_others(g.tail[:, None], np.ones((R, 1), dtype=bool))[:, 0]
     idx = np.arange(R)
     seg[1 + idx, idx, :] = np.where(g.member, mo, np.nan)
     tail[1 + idx, idx] = to
