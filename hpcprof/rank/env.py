@@ -184,9 +184,11 @@ def pin_to_own_cores(renv: RankEnv) -> list[int] | None:
 
     Why: the issue's "ranks on dedicated cores". Without pinning, the scheduler moves each rank's
     compute thread and its gloo worker threads over every core, so one rank's all-reduce work and
-    the launcher's polling land on whichever rank happens to share the core, and a healthy rank
-    looks 5-25% slower in a step (measured on 2 cores: 8 of 9 healthy demos flagged a straggler).
-    Pinned before the process group starts, the gloo threads inherit the rank's slice."""
+    the launcher's polling land on whichever rank happens to share the core. Pinned before the
+    process group starts, the gloo threads inherit the rank's slice. Measured on the 2-core VM, it
+    is not enough by itself for a quiet healthy demo: the cores' own speed drifts by up to 30%
+    (healthy demos flagged a straggler in 8 of 10 runs unpinned, 7 of 10 pinned, before the flag
+    rule took the other ranks' jitter into account: hpcprof.analysis.reduce.whatif)."""
     if "SLURM_JOB_ID" in os.environ or renv.launcher == "srun":
         return None
     try:
