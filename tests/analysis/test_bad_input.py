@@ -21,9 +21,9 @@ def _ranks(summary):
     return sorted(summary["ranks_analyzed"])
 
 
-def test_no_distributed_info_analysed_as_rank0(tmp_path, traces, helpers):
+def test_no_distributed_info_analysed_as_rank0(tmp_path, traces, helpers, parse_cache):
     src = helpers.require(traces["kineto0"])
-    summary = analyze(src, out=tmp_path / "out", workers=1, progress=False)
+    summary = analyze(src, out=tmp_path / "out", workers=1, progress=False, cache_dir=parse_cache)
     assert _ranks(summary) == [0]
     name = _files(src)[0].name
     assert any(name in w and "no distributedInfo" in w and "rank 0" in w for w in summary["warnings"]), summary["warnings"]
@@ -79,8 +79,8 @@ def test_other_job_world_size_named_and_rest_analysed(dlrm_copy, tmp_path, helpe
     assert any(f.name in w and "(rank 5)" in w and "world size 16" in w for w in s["warnings"]), s["warnings"]
 
 
-def test_cpu_only_trace_gpu_fields_null_with_reason(cpu_run, tmp_path):
-    s = analyze(cpu_run, out=tmp_path / "out", workers=2, progress=False)
+def test_cpu_only_trace_gpu_fields_null_with_reason(cpu_run, tmp_path, parse_cache):
+    s = analyze(cpu_run, out=tmp_path / "out", workers=2, progress=False, cache_dir=parse_cache)
     assert s["device"] == "cpu"
     assert _ranks(s) == list(range(len(list((cpu_run / "traces").glob("rank-*.pt.trace.json.gz")))))
     assert len(_ranks(s)) >= 2

@@ -12,14 +12,14 @@ from hpcprof.analysis import analyze
 
 
 @pytest.fixture(scope="module", params=["dlrm", "sampled"], ids=["param_dlrm_8x_v100", "hta_sampled_2of128"])
-def both(request, tmp_path_factory, traces, helpers):
+def both(request, tmp_path_factory, traces, helpers, parse_cache):
     folder = helpers.require(traces[request.param])
     logging.getLogger("hta").setLevel(logging.ERROR)
     from hta.trace_analysis import TraceAnalysis
 
     ta = TraceAnalysis(trace_dir=str(folder))
     out = tmp_path_factory.mktemp("out")
-    summary = analyze(folder, out=out, workers=2, progress=False)
+    summary = analyze(folder, out=out, workers=2, progress=False, cache_dir=parse_cache)
     return ta, summary, out
 
 

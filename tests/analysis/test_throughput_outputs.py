@@ -52,7 +52,7 @@ def test_summary_console_report_and_table_show_throughput(run_with_steps):
     assert t.set_index("step")["samples_per_s"][13] == pytest.approx(80.0)
 
 
-def test_trace_folder_without_step_records_says_throughput_is_unknown(tmp_path):
-    s = analyze(require(KINETO0), out=tmp_path / "a", progress=False)
+def test_trace_folder_without_step_records_says_throughput_is_unknown(tmp_path, parse_cache):
+    s = analyze(require(KINETO0), out=tmp_path / "a", progress=False, cache_dir=parse_cache)
     assert s["throughput"] is None
     assert "throughput: - samples/s (no step records" in console_summary(s)

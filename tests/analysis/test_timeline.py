@@ -140,8 +140,8 @@ def test_unknown_timeline_step_names_the_profiled_steps(tmp_path, parse_cache):
     assert (tmp_path / "an" / "report.html").is_file()
 
 
-def test_cpu_run_timeline(cpu_run, tmp_path):
-    s = analyze(cpu_run, out=tmp_path / "an", workers=2, progress=False)
+def test_cpu_run_timeline(cpu_run, tmp_path, parse_cache):
+    s = analyze(cpu_run, out=tmp_path / "an", workers=2, progress=False, cache_dir=parse_cache)
     doc = read_timeline(tmp_path / "an")
     names = processes(doc)
     assert sorted(names) == list(range(DRILL_RANKS))
