@@ -59,9 +59,9 @@ def test_changed_trace_is_never_served_stale(dlrm_copy, tmp_path, helpers):
     assert {r["rank"]: r for r in first["per_rank"]}[3]["compute_pct"] > 0
 
 
-def test_outputs_written_and_report_self_contained(dlrm_copy, tmp_path):
+def test_outputs_written_and_report_self_contained(dlrm_copy, tmp_path, parse_cache):
     out = tmp_path / "out"
-    s = analyze(dlrm_copy, out=out, workers=2, progress=False)
+    s = analyze(dlrm_copy, out=out, workers=2, progress=False, cache_dir=parse_cache)
     on_disk = json.loads((out / "summary.json").read_text())
     for key in ("world_size", "ranks_analyzed", "device", "warnings", "per_rank", "kernel_breakdown", "stragglers", "recommendations"):
         assert key in on_disk
@@ -107,9 +107,9 @@ def test_cli_on_plain_folder_prints_console_summary(dlrm_copy, tmp_path):
     assert len(lines) >= 8
 
 
-def test_nccl_dev_kernel_names_count_as_communication(dlrm_copy, tmp_path, helpers):
+def test_nccl_dev_kernel_names_count_as_communication(dlrm_copy, tmp_path, helpers, parse_cache):
     """Recent NCCL names its kernels ncclDevKernel_*: same breakdown and collectives as ncclKernel_*."""
-    before = analyze(dlrm_copy, out=tmp_path / "a", workers=2, progress=False)
+    before = analyze(dlrm_copy, out=tmp_path / "a", workers=2, progress=False, cache_dir=parse_cache)
     for f in _files(dlrm_copy):
         doc = helpers.load_trace(f)
         for e in doc["traceEvents"]:
