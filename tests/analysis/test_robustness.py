@@ -64,10 +64,10 @@ def _break(f: Path, kind: str) -> None:
 
 # ------------------------------------------------------------------ one bad rank, any worker count
 @pytest.mark.parametrize("workers", [1, 2])
-def test_one_bad_rank_is_skipped_whatever_the_worker_count(dlrm_copy, tmp_path, workers):
+def test_one_bad_rank_is_skipped_whatever_the_worker_count(dlrm_copy, tmp_path, workers, parse_cache):
     bad = _files(dlrm_copy)[1]
     _break(bad, "raw_bytes")
-    proc = _cli(str(dlrm_copy), "--out", str(tmp_path / "out"), "--workers", str(workers))
+    proc = _cli(str(dlrm_copy), "--out", str(tmp_path / "out"), "--workers", str(workers), "--cache-dir", str(parse_cache))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     s = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -76,7 +76,7 @@ def test_one_bad_rank_is_skipped_whatever_the_worker_count(dlrm_copy, tmp_path, 
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_malformed_optional_metadata_does_not_cost_the_rank(dlrm_copy, tmp_path, workers):
+def test_malformed_optional_metadata_does_not_cost_the_rank(dlrm_copy, tmp_path, workers, parse_cache):
     """pg_config / deviceProperties that are not lists of objects (5, a string) are ignored: the
     analysis never reads them for a number, so the rank is analysed (it aborted everything with
     --workers 1)."""
@@ -85,7 +85,7 @@ def test_malformed_optional_metadata_does_not_cost_the_rank(dlrm_copy, tmp_path,
     doc["distributedInfo"]["pg_config"] = 5
     doc["deviceProperties"] = "x"
     _write(bad, doc)
-    proc = _cli(str(dlrm_copy), "--out", str(tmp_path / "out"), "--workers", str(workers))
+    proc = _cli(str(dlrm_copy), "--out", str(tmp_path / "out"), "--workers", str(workers), "--cache-dir", str(parse_cache))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     s = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert s["ranks_analyzed"] == list(range(8))
@@ -139,21 +139,21 @@ def test_dollar_signs_in_host_names_do_not_break_the_charts(dlrm_copy, tmp_path)
 
 
 # ------------------------------------------------------------------ the output memo and the cache
-def test_memo_regenerates_deleted_tables_and_charts(dlrm_copy, tmp_path):
+def test_memo_regenerates_deleted_tables_and_charts(dlrm_copy, tmp_path, parse_cache):
     out = tmp_path / "out"
-    first = analyze(dlrm_copy, out=out, workers=2, progress=False)
+    first = analyze(dlrm_copy, out=out, workers=2, progress=False, cache_dir=parse_cache)
     pngs = [Path(p) for p in first["outputs"]["plots"].values()]
     csvs = sorted((out / "tables").glob("*.csv"))
     assert pngs and csvs
     shutil.rmtree(out / "tables")
     for p in pngs:
         p.unlink()
-    again = analyze(dlrm_copy, out=out, workers=2, progress=False)
+    again = analyze(dlrm_copy, out=out, workers=2, progress=False, cache_dir=parse_cache)
     assert again["cache"]["outputs_reused"] is False
     assert all(p.is_file() for p in pngs)
     assert sorted((out / "tables").glob("*.csv")) == csvs
     # everything in place: the memo serves the outputs again
-    third = analyze(dlrm_copy, out=out, workers=2, progress=False)
+    third = analyze(dlrm_copy, out=out, workers=2, progress=False, cache_dir=parse_cache)
     assert third["cache"]["outputs_reused"] is True
 
 
