@@ -29,13 +29,15 @@ def test_clock_skew_on_n2_is_recovered(slurm_cluster, tmp_path):
     on_n2 = sorted(e["rank"] for e in m["ranks"] if e["node"] == "n2")
     assert on_n2 == [2, 3]
 
-    skewed = analyze(run, out=tmp_path / "an-skewed", workers=2, progress=False)
+    # one parse cache for both analyses: ranks 0 and 1 are the same bytes in both (content-hash keyed)
+    cache = tmp_path / "parse-cache"
+    skewed = analyze(run, out=tmp_path / "an-skewed", workers=2, progress=False, cache_dir=cache)
     # the same traces with the skew taken out: what an analysis of a synchronised job would see
     fixed = tmp_path / "fixed"
     shutil.copytree(run, fixed, ignore=shutil.ignore_patterns("analysis"))
     for r in on_n2:
         skew_trace_file(fixed / "traces" / f"rank-{r}.pt.trace.json.gz", -SKEW_MS)
-    plain = analyze(fixed, out=tmp_path / "an-fixed", workers=2, progress=False)
+    plain = analyze(fixed, out=tmp_path / "an-fixed", workers=2, progress=False, cache_dir=cache)
 
     hosts = {h["host"]: h for h in skewed["clock_alignment"]["hosts"]}
     assert skewed["clock_alignment"]["reference_host"] == "n1"
