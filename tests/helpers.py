@@ -134,6 +134,19 @@ def drill_truth(steps: Path | dict[int, list[dict]], warmup_steps: int = 3) -> D
                       frozenset(drilled_steps))
 
 
+def require_resolved_truth(truth: DrillTruth, drill_ms: float) -> None:
+    """Skip, saying why, when the run could not measure its own truth: the standard error of the
+    in-run truth above a third of the injected sleep. That happens only when other work loads the
+    machine (measured: 1.6-7 ms on the quiet 2-core VM, 24-73 ms while other test suites ran);
+    then no estimate can be checked against it, and a failure would report the machine, not the
+    analysis."""
+    import pytest
+
+    if truth.uncertainty_ms > drill_ms / 3:
+        pytest.skip(f"the drill's in-run truth is not resolved on this loaded machine: {truth.truth_ms:.1f} +/- "
+                    f"{truth.uncertainty_ms:.1f} ms for a {drill_ms:.0f} ms sleep (needs +/- {drill_ms / 3:.0f} ms or better)")
+
+
 def drill_added_cost(per_step_costs: dict[int, float], truth: DrillTruth) -> tuple[float, int, int]:
     """What the analysis says the drill added to the drilled rank's cost, per drilled step: the mean
     what-if cost over its drilled profiled steps minus the mean over its undrilled profiled steps

@@ -15,12 +15,14 @@ step waits for the later of two noisy ranks: about 5 ms per step on 2 quiet core
 a difference of step times, cancels; the undrilled steps of the same run measure it. Rank 1 must be
 named first with cause host_gap (the sleep is in no annotated region), and the console, the report
 and the recommendations agree; the healthy run flags nobody whose cores ran alike (see that test).
+When other work loads the machine so much that the run cannot resolve its own truth (standard error
+above a third of the sleep), the drill check is skipped with the figure (helpers.require_resolved_truth).
 """
 
 from __future__ import annotations
 
 import pytest
-from helpers import assert_straggler_drill_verdict, drill_truth
+from helpers import assert_straggler_drill_verdict, drill_truth, require_resolved_truth
 
 from hpcprof.analysis import analyze
 
@@ -79,6 +81,7 @@ def test_healthy_run_flags_nobody_whose_cores_ran_alike(analysed, drill_runs):
 
 def test_drill_names_rank1_first_with_host_gap_and_its_in_run_cost(analysed, drill_runs):
     truth = drill_truth(drill_runs["drill"] / "steps")
+    require_resolved_truth(truth, drill_ms=60.0)
     assert truth.drilled_profiled * 2 == truth.profiled, truth  # the window holds as many drilled steps as not
     figure = assert_straggler_drill_verdict(analysed["drill"], truth, rank=1)
     print(f"local drill: {figure}")

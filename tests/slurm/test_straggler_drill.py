@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from helpers import assert_straggler_drill_verdict, drill_truth
+from helpers import assert_straggler_drill_verdict, drill_truth, require_resolved_truth
 
 from hpcprof.analysis import analyze
 
@@ -39,6 +39,7 @@ def test_straggler_drill_on_two_nodes_names_rank1_with_its_in_run_cost(slurm_clu
     assert m["drills"]["straggler"] == {"rank": 1, "ms": 60.0, "every": 2}
 
     truth = drill_truth(run / "steps")
+    require_resolved_truth(truth, drill_ms=60.0)
     assert truth.drilled_profiled * 2 == truth.profiled, truth
     summary = analyze(run, out=tmp_path / "analysis", workers=2, progress=False)
     figure = assert_straggler_drill_verdict(summary, truth, rank=1)
