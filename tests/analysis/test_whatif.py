@@ -228,10 +228,10 @@ DRILLS = [
 ]
 
 
-def _analyse(folder, tmp_path, name):
+def _analyse(folder, tmp_path, name, cache_dir=None):
     from hpcprof.analysis import analyze
 
-    return analyze(folder, out=tmp_path / f"out-{name}", cache_dir=tmp_path / "cache", progress=False, workers=2)
+    return analyze(folder, out=tmp_path / f"out-{name}", cache_dir=cache_dir or tmp_path / "cache", progress=False, workers=2)
 
 
 def _costs(summary) -> dict[int, float]:
@@ -239,14 +239,14 @@ def _costs(summary) -> dict[int, float]:
 
 
 @pytest.fixture(scope="module")
-def base_sets(tmp_path_factory):
+def base_sets(tmp_path_factory, parse_cache):
     from .conftest import DLRM, SAMPLED, require
 
     tmp = tmp_path_factory.mktemp("whatif-base")
     out = {}
     for name, src in (("dlrm", DLRM), ("sampled", SAMPLED)):
         require(src)
-        out[name] = (src, _analyse(src, tmp, name))
+        out[name] = (src, _analyse(src, tmp, name, parse_cache))  # the shared traces: the session's parse cache
     return out
 
 
