@@ -181,3 +181,13 @@ def test_existing_run_directory_is_never_overwritten(healthy):
     proc = run_cli("hpcprof.submit", *FAST_FLAGS, "--runs-dir", str(run.root.parent), "--name", run.name, timeout=60)
     assert proc.returncode == 2 and "holds a run" in proc.stdout and "nothing was changed" in proc.stdout
     assert run.manifest_path.read_text() == before
+
+
+def test_visible_gpus_is_torchs_count_without_importing_torch_where_no_gpu_can_be():
+    """The launcher's GPU count (executors.visible_gpus skips the 2-3 s torch import where no GPU
+    device node exists) is the count the ranks' torch sees."""
+    import torch
+
+    from hpcprof.launch.executors import visible_gpus
+
+    assert visible_gpus() == (torch.cuda.device_count() if torch.cuda.is_available() else 0)

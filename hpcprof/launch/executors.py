@@ -46,6 +46,21 @@ def choose_executor(requested: str) -> tuple[str, str]:
 
 
 # ------------------------------------------------------------------------------------ resources
+# Device nodes without which no GPU is visible to torch: NVIDIA's driver, ROCm's, WSL2's GPU bridge.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def visible_gpus() -> int:
+    """The GPUs a local rank would see (torch's count). Why the device-node check first: importing
+    torch costs the launcher 2-3 s before any rank can start, and on a machine with none of
+    GPU_DEVICE_NODES torch cannot see a GPU, so the answer there is 0 without it."""
+    if not any(Path(p).exists() for p in GPU_DEVICE_NODES):
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def resolve_resources(spec: JobSpec, executor: str, default_gpus: int = 0, default_tasks: int = 0) -> JobSpec:
     """Fill in what the spec leaves open from what the executor will have, refuse what it cannot have,
     and validate the spec against the resulting world size. Modifies and returns ``spec``.
@@ -56,9 +71,7 @@ def resolve_resources(spec: JobSpec, executor: str, default_gpus: int = 0, defau
     if executor in ("local", "debug"):
         if r.nodes != 1:
             raise LaunchError(f"--nodes {r.nodes}: the {executor} executor runs on this machine only; use --cluster slurm")
-        import torch
-
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpus = visible_gpus()
         if r.gpus_per_node > gpus:
             raise LaunchError(f"--gpus-per-node {r.gpus_per_node}: this machine has {gpus} visible GPU(s)")
         if r.gpus_per_node == 0 and gpus and r.tasks_per_node == 0:
