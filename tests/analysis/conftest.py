@@ -93,8 +93,8 @@ def parse_cache(tmp_path_factory) -> Path:
     set is decoded once per session instead of once per test (the analysis of 8 DLRM ranks spent
     most of its time there). Safe to share: entries are keyed by the trace file's content hash, so a
     trace a test alters is a miss and is decoded afresh; the copies keep the original file names,
-    which the cached warnings carry. The cache tests keep their own (test_cache_and_map,
-    test_robustness's memo and truncated-cache tests)."""
+    which the cached warnings carry. The parse-cache tests keep their own (test_cache_and_map's
+    cache tests, test_robustness's truncated-cache test)."""
     return tmp_path_factory.mktemp("parse-cache")
 
 
