@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..reduce.whatif import NO_STRAGGLER_TEXT
 from .htmlparts import esc, group_warnings, num, table
 from .layout import REPORT_FILE
 
@@ -112,7 +113,7 @@ def _verdict(s: dict, colls) -> str:
             f"{num(t.get('cost_ms_per_step'))} ms per step; cause: <b>{esc(t.get('cause'))}</b> ({esc(t.get('cause_detail'))})."
             + (f"<br><span class='where'>Where to look: {where}.</span>" if where else "") + "</li>")
     elif len(s.get("ranks_analyzed", [])) > 1:
-        items.append("<li><span class='good'>No straggler</span>: no rank costs the job more than the threshold (max(1 ms, 5% of the step), plus what the other ranks cost from their own jitter) in most profiled steps.</li>")
+        items.append(f"<li><span class='good'>No straggler</span>: {esc(NO_STRAGGLER_TEXT)}.</li>")
         if colls is not None and not colls.empty and "skew_ms" in colls and colls["skew_ms"].max() > 0:
             r = int(colls.loc[colls["skew_ms"].idxmax(), "last_rank"])
             where = where_to_look(s, colls.sort_values("skew_ms", ascending=False).head(1), r)
@@ -206,7 +207,8 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
             f"cause {esc(x.get('cause'))}." + (f" Where to look: {w}." if (w := where_to_look(s, colls, int(x['rank']))) else "") + "</li>" for x in strag) + "</ul>"
         body += table(pd.DataFrame(strag), columns=["rank", "node", "cost_ms_per_step", "cost_ms_per_step_median", "others_cost_ms_per_step", "others_wait_ms_per_step", "threshold_ms", "cause", "confidence", "late_in_steps_share"])
     else:
-        body += "<p>No straggler: no rank costs the job more than the threshold (max(1 ms, 5% of the step), plus what the other ranks cost from their own jitter) in most profiled steps. A bar above the dashed line alone is not a straggler when the other ranks cost about as much: that is the ranks' jitter (docs/analysis.md, &ldquo;Straggler flag&rdquo;).</p>"
+        body += (f"<p>No straggler: {esc(NO_STRAGGLER_TEXT)}. A bar above the dashed line alone is not a straggler when the "
+                 "other ranks cost about as much: that is the ranks' jitter (docs/analysis.md, &ldquo;Straggler flag&rdquo;).</p>")
     body += _chart("stragglers", "Straggler cost and waiting per rank and step", plots, omitted)
     section("stragglers", body)
     # throughput and step time

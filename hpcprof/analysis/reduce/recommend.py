@@ -21,6 +21,7 @@ import re
 import pandas as pd
 
 from .idle_outliers import idle_outliers, outlier_recommendation
+from .whatif import BASE_THRESHOLD_TEXT
 
 DATA_SHARE_PCT = 5.0  # TensorBoard plugin: DataLoader above 5% of the step
 COMM_SHARE_PCT = 20.0
@@ -206,4 +207,4 @@ def _noise(s: dict) -> str:
     base, noise = s.get("base_threshold_ms"), s.get("others_cost_ms_per_step")
     if base is None or not noise:
         return ""
-    return f" (max(1 ms, 5% of the step) = {_fmt(base)} ms, plus {_fmt(noise)} ms that the other ranks cost from their own jitter)"
+    return f" ({BASE_THRESHOLD_TEXT} = {_fmt(base)} ms, plus {_fmt(noise)} ms that the other ranks cost from their own jitter)"

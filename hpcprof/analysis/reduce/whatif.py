@@ -93,6 +93,10 @@ NOISE_FLOOR_MS = 1.0
 REL_THRESHOLD = 0.05
 MIN_STEP_SHARE = 0.5
 CAUSE_MIN_SHARE = 0.5
+BASE_THRESHOLD_TEXT = f"max({NOISE_FLOOR_MS:g} ms, {100 * REL_THRESHOLD:g}% of the step)"
+"""The base straggler threshold in words, for the report and the recommendations (one definition)."""
+NO_STRAGGLER_TEXT = (f"no rank costs the job more than the threshold ({BASE_THRESHOLD_TEXT}, plus what the other "
+                     "ranks cost from their own jitter) in most profiled steps")
 CAUSE_TEXT = {
     "data_loading": "waiting for data (time in hpcprof.data / DataLoader before its late arrivals)",
     "host_gap": "host-side gap (un-annotated host time: sleep, Python overhead, slow input outside the profiled regions)",
