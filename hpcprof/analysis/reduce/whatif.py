@@ -43,13 +43,17 @@ Model (docs/analysis.md, "What-if replay" and "Straggler flag", says the same in
 - Step starts are inputs: lateness a rank brings into a step was made in the previous step.
 
 Flag rule: a rank is a straggler when its cost exceeds max(NOISE_FLOOR_MS, REL_THRESHOLD x that
-step's time) PLUS the median cost of the other ranks in that step, in at least MIN_STEP_SHARE of
-the profiled steps; stragglers are ordered by their mean cost. Why the others' cost is added: the
+step's time) PLUS the other ranks' typical cost (over the other ranks, the median of their median
+cost over the profiled steps), in at least MIN_STEP_SHARE of the profiled steps; stragglers are
+ordered by their mean cost. Why the others' cost is added: the
 replay puts s at the others' median, which removes s's step-to-step noise as well as any lateness,
 so in a job whose ranks jitter every rank has a positive cost (2 ranks with independent jitter of
 standard deviation sd per segment: about 0.56 sd per segment each; measured on the 2-rank CPU
-demo: both ranks 15-55 ms in a 550 ms step). What the others cost in the same step is that noise
-level; a straggler costs more than it, a healthy rank of a jittery job does not. A real straggler
+demo: both ranks 15-55 ms in a 550 ms step). What the others typically cost is that noise level;
+a straggler costs more than it, a healthy rank of a jittery job does not. Typical, not the same
+step's: in a step where another rank was itself late elsewhere (a core slowing down for a moment),
+its cost is its own lateness, not jitter, and must not hide the straggler's (a live drill missed
+one of its 5 drilled steps that way). A real straggler
 among ranks that do not jitter (8-rank GPU jobs, the trace drills) meets others' costs near zero,
 so the threshold is unchanged there. The same holds across steps: where the late rank changes
 from step to step (2 ranks whose cores slow down in turn), each is above the threshold in about
@@ -434,10 +438,8 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
         step_costs = t[0] - t[1:1 + len(g.ranks)]
         for i, r in enumerate(g.ranks):
             cost = float(step_costs[i])
-            noise = max(0.0, float(np.median(np.delete(step_costs, i)))) if len(g.ranks) > 1 else 0.0
             wait = float(np.nansum(np.where(g.member[i], last_arr - g.arrival[i], 0.0))) / 1e3
-            cost_rows.append({"rank": int(r), "step": g.step, "cost_ms": cost, "wait_ms": wait, "others_cost_ms": noise,
-                              "threshold_ms": thr + noise, "above": cost > thr + noise})
+            cost_rows.append({"rank": int(r), "step": g.step, "cost_ms": cost, "wait_ms": wait, "base_threshold_ms": thr})
             ex = _window_excess(g, i, mt.df, steps)
             if ex is None:
                 have_cause = False
@@ -445,6 +447,14 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
                 excess_sum[int(r)] = excess_sum.get(int(r), np.zeros(len(CAUSE_CATEGORIES))) + np.array(list(ex.values()))
     st = pd.DataFrame(step_rows)
     costs = pd.DataFrame(cost_rows)
+    # the jitter level each rank is held against: the median, over the other ranks, of their median
+    # cost over the profiled steps (see the module docstring, "Flag rule")
+    typical = costs.groupby("rank")["cost_ms"].median()
+    noise = {r: max(0.0, float(typical.drop(r).median())) if len(typical) > 1 else 0.0 for r in typical.index}
+    costs["others_cost_ms"] = costs["rank"].map(noise)
+    costs["threshold_ms"] = costs["base_threshold_ms"] + costs["others_cost_ms"]
+    costs["above"] = costs["cost_ms"] > costs["threshold_ms"]
+    costs = costs.drop(columns="base_threshold_ms")
     g = costs.groupby("rank")
     n_steps = len(graphs)
     per_rank = pd.DataFrame({
