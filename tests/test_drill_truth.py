@@ -38,6 +38,7 @@ def test_truth_is_drilled_minus_undrilled_median_of_the_job_step_time():
     assert (t.drilled, t.undrilled) == (4, 5)  # steps 3..11: 4, 6, 8, 10 drilled
     assert (t.profiled, t.drilled_profiled) == (4, 2)
     assert t.expected_cost_ms == pytest.approx(30.0)
+    assert t.slept_ms == pytest.approx(30.0)  # 60 ms slept in 2 of the 4 profiled steps
     assert t.uncertainty_ms == pytest.approx(0.0)  # every drilled step alike, every undrilled alike
 
 
@@ -56,6 +57,15 @@ def test_every_third_step_scales_the_expected_cost_by_the_drilled_profiled_share
     assert t.truth_ms == pytest.approx(60.0)
     assert (t.profiled, t.drilled_profiled) == (4, 1)
     assert t.expected_cost_ms == pytest.approx(15.0)
+    assert t.slept_ms == pytest.approx(15.0)
+
+
+def test_the_sleep_is_what_was_recorded_not_what_was_asked():
+    recs = drill_records()
+    for r in recs[1]:
+        if r["drill_sleep_s"]:
+            r["drill_sleep_s"] = 0.0634  # the OS overslept: 63.4 ms
+    assert drill_truth(recs).slept_ms == pytest.approx(63.4 / 2)
 
 
 def test_reads_a_steps_folder_skipping_lines_that_are_not_step_records(tmp_path):
