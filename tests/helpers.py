@@ -181,23 +181,121 @@ def per_step_costs(summary: dict, rank: int) -> dict[int, float]:
     return {int(s): float(c) for s, c in zip(df["step"], df["whatif_cost_ms"])}
 
 
-def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, cause: str = "host_gap",
-                                   tolerance: float = 0.15) -> str:
-    """The checks of issue 10's live drills, one definition for the local and the SLURM drill: the
-    drilled rank is named first, the excess in `cause` matches the drill (see the comment below); the cost the analysis adds in the drilled steps
-    (`drill_added_cost`) is within `tolerance` of the in-run truth, and the reported cost per step
-    is at least (1 - tolerance) x the truth scaled to the profiled steps (both bands widened by two
-    standard errors of the truth, which is measured too); and the console's top straggler, the
-    report's first straggler row and the first recommendation name that rank. Returns a one-line
-    figure."""
+# The bulk of a CPU ResNet step: the same convolutions, the same shapes, on every rank.
+CONV_OPS = ("aten::mkldnn_convolution", "aten::convolution_backward")
+
+
+def conv_ms_per_step(run: Path, rank: int) -> dict[int, float]:
+    """Per profiled step, the time rank `rank` spent in the convolutions (from its trace): identical
+    work on every rank, so a difference between ranks is a difference in how fast their cores ran.
+    Measured on the 2-core VM: +/-10-30 ms per step on 100-150 ms of convolutions, with the same
+    sign for several steps at times (the vCPUs share memory bandwidth and a host), while a
+    cache-resident matmul loop pinned to each core runs alike (54 ms, spikes under 10%)."""
+    import gzip
+    import json
     import re
 
-    from hpcprof.analysis.outputs.console import console_summary
+    with gzip.open(Path(run) / "traces" / f"rank-{rank}.pt.trace.json.gz", "rt") as fh:
+        ev = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    steps = [(int(m.group(1)), e["ts"], e["ts"] + e["dur"]) for e in ev if (m := re.match(r"ProfilerStep#(\d+)$", e["name"]))]
+    out = {}
+    for n, a, b in steps:
+        out[n] = sum(e["dur"] for e in ev if e["name"] in CONV_OPS and a <= e["ts"] < b) / 1e3
+    return out
+
+
+def base_threshold_ms(summary: dict) -> float:
+    """The median over the profiled steps of the base straggler threshold max(1 ms, 5% of the step)."""
+    import pandas as pd
+
+    tables = Path(summary["outputs"]["report"]).parent / "tables"
+    return float(pd.read_csv(tables / "whatif_steps.csv")["threshold_ms"].median())
+
+
+def slower_steps(run: Path, rank: int, than: int, by_ms: float) -> list[int]:
+    """The profiled steps in which `rank`'s convolutions took at least `by_ms` longer than `than`'s."""
+    mine, other = conv_ms_per_step(run, rank), conv_ms_per_step(run, than)
+    return [n for n in mine if n in other and mine[n] - other[n] >= by_ms]
+
+
+def unplanned_straggler(run: Path, summary: dict, drilled: int) -> str | None:
+    """Whether the drill run holds a second straggler that the drill did not plant, measured in its
+    traces: another rank whose convolutions (the same work on every rank) took longer than the
+    drilled rank's by more than the base threshold on average over the profiled steps, and by at
+    least half of it in at least half of them (the flag rule's two conditions, on the convolution
+    times instead of the what-if costs). Returns the figure, or None.
+
+    Why: "the drilled rank is the one straggler" is the known answer only when no other rank was
+    slower too. On this VM a core slows down by 20-30% for seconds at a time; when that hits the
+    other rank for most of the window (seen once in 12 drill runs, right after a test suite was
+    killed: rank 0's convolutions 9-33 ms slower in 9 of 10 steps, 21 ms on average, what-if cost
+    27.9 ms/step against the drilled rank's 32.6), the run has two real stragglers, and with two
+    ranks the flag rule holds each against the other (docs/analysis.md, "Straggler flag": two ranks
+    that are both late look like two ranks that jitter). Then the flag is no known answer; the
+    drilled rank's cost still is, and is checked. Symmetric jitter (+/-10-30 ms per step) rarely
+    meets both conditions: the mean of 10 differences has a standard error of about 5 ms."""
+    base = base_threshold_ms(summary)
+    mine = conv_ms_per_step(run, drilled)
+    for r in summary["ranks_analyzed"]:
+        if r == drilled:
+            continue
+        other = conv_ms_per_step(run, r)
+        diffs = [other[n] - mine[n] for n in other if n in mine]
+        if not diffs:
+            continue
+        mean = sum(diffs) / len(diffs)
+        slow = sum(d >= base / 2 for d in diffs)
+        if mean > base and slow >= len(diffs) / 2:
+            return (f"rank {r}'s convolutions ran {mean:.1f} ms slower than rank {drilled}'s on average (base threshold "
+                    f"{base:.1f} ms), at least {base / 2:.1f} ms slower in {slow} of {len(diffs)} profiled steps: a second "
+                    "straggler the drill did not plant")
+    return None
+
+
+def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, run: Path, cause: str = "host_gap",
+                                   tolerance: float = 0.15) -> str:
+    """The checks of issue 10's live drills, one definition for the local and the SLURM drill.
+
+    Always: the cost the analysis adds in the drilled steps (`drill_added_cost`) is within
+    `tolerance` of the in-run truth (the band widened by two standard errors of the truth, which is
+    measured too). Then the flag checks, whose failure counts unless the traces show a second
+    straggler the drill did not plant (`unplanned_straggler`: then the failure is given as a warning
+    with that figure, as the run holds no known answer for the flag): the drilled rank is named first,
+    the excess in `cause` matches the sleep it recorded (see the comment below), the reported cost
+    per step is at least (1 - tolerance) x the truth scaled to the profiled steps, and the console's
+    top straggler, the report's first straggler row and the first recommendation name that rank.
+    Returns a one-line figure."""
+    import warnings
 
     strag = summary["stragglers"]
     figure = (f"truth {truth.truth_ms:.1f} +/- {truth.uncertainty_ms:.1f} ms on drilled steps, expected cost {truth.expected_cost_ms:.1f} ms/step "
               f"({truth.drilled_profiled} of {truth.profiled} profiled steps drilled), estimated "
               f"{strag[0]['cost_ms_per_step'] if strag else 0.0:.1f} ms/step for rank {strag[0]['rank'] if strag else None}")
+    assert truth.expected_cost_ms > 0, figure
+    added, n_d, n_u = drill_added_cost(per_step_costs(summary, rank), truth)
+    figure += (f"; drill-added cost {added:.1f} ms per drilled step (mean what-if cost over {n_d} drilled "
+               f"minus {n_u} undrilled profiled steps) against the truth {truth.truth_ms:.1f}")
+    # the truth is itself measured: its own noise (2 standard errors) widens the band
+    assert abs(added - truth.truth_ms) <= tolerance * truth.truth_ms + 2 * truth.uncertainty_ms, figure
+    try:
+        figure = _assert_drilled_rank_named(summary, truth, rank, cause, tolerance, figure)
+    except AssertionError as exc:
+        second = unplanned_straggler(run, summary, rank)
+        if second is None:
+            raise
+        figure = f"{exc}; flag checks not applicable: {second}; flagged {[(s['rank'], s['cost_ms_per_step']) for s in strag]}"
+        warnings.warn(figure)
+    return figure
+
+
+def _assert_drilled_rank_named(summary: dict, truth: DrillTruth, rank: int, cause: str, tolerance: float, figure: str) -> str:
+    """The flag checks of assert_straggler_drill_verdict (named first, cause, cost per step, console,
+    report and recommendation agree); returns the figure with the cause added."""
+    import re
+
+    from hpcprof.analysis.outputs.console import console_summary
+
+    strag = summary["stragglers"]
     assert strag, f"no straggler flagged in the drill run; {figure}; per rank: " + str(
         [(r["rank"], r.get("whatif_cost_ms_per_step")) for r in summary["per_rank"]])
     top = strag[0]
@@ -208,9 +306,8 @@ def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, 
     # match that sleep, not the job-time increase: a sleep can overlap time the other rank spent
     # anyway (CI, full suite: 60 ms slept, 42.2 +/- 5.1 ms job-time increase, host_gap excess 59.6 ms
     # per drilled step: the excess was right and the old comparison with the increase was the wrong
-    # truth). On this VM a core also slows down by up to 30% for seconds (cpu_work on that rank);
-    # when that happened to the drilled rank, cpu_work may rival the sleep and the named cause may
-    # be it or "mixed": accepted only with `cause` as the runner-up (the traces back both).
+    # truth). A core that slows down for a while on the drilled rank puts cpu_work beside the sleep:
+    # the named cause may then be "mixed", accepted only with `cause` among the top two.
     excess = top["cause_excess_ms_per_step"]
     in_cause = excess.get(cause, 0.0)
     figure += (f"; {cause} excess {in_cause:.1f} ms/step (slept {truth.slept_ms:.1f} ms per profiled step); "
@@ -218,14 +315,8 @@ def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, 
     assert abs(in_cause - truth.slept_ms) <= tolerance * truth.slept_ms, figure
     ranked = sorted(excess, key=excess.get, reverse=True)
     assert top["cause"] == cause or cause in ranked[:2], figure
-    assert truth.expected_cost_ms > 0, figure
-    added, n_d, n_u = drill_added_cost(per_step_costs(summary, rank), truth)
-    figure += (f"; drill-added cost {added:.1f} ms per drilled step (mean what-if cost over {n_d} drilled "
-               f"minus {n_u} undrilled profiled steps) against the truth {truth.truth_ms:.1f}")
-    # the truth is itself measured: its own noise (2 standard errors) widens the band
-    assert abs(added - truth.truth_ms) <= tolerance * truth.truth_ms + 2 * truth.uncertainty_ms, figure
+    share = truth.drilled_profiled / truth.profiled
     assert top["cost_ms_per_step"] >= (1 - tolerance) * truth.expected_cost_ms - 2 * truth.uncertainty_ms * share, figure
-
     console = re.search(r"top straggler: rank (\d+)", console_summary(summary))
     report = Path(summary["outputs"]["report"]).read_text()
     section = report[report.index("<section id='stragglers'>"):]

@@ -22,7 +22,7 @@ above a third of the sleep), the drill check is skipped with the figure (helpers
 from __future__ import annotations
 
 import pytest
-from helpers import assert_straggler_drill_verdict, drill_truth, require_resolved_truth
+from helpers import assert_straggler_drill_verdict, conv_ms_per_step, drill_truth, require_resolved_truth, slower_steps
 
 from hpcprof.analysis import analyze
 
@@ -32,26 +32,6 @@ def analysed(drill_runs, tmp_path_factory):
     out = {}
     for name, run in drill_runs.items():
         out[name] = analyze(run, out=tmp_path_factory.mktemp(name), workers=2, progress=False)
-    return out
-
-
-# The bulk of a CPU ResNet step: the same convolutions, the same shapes, on every rank.
-CONV_OPS = ("aten::mkldnn_convolution", "aten::convolution_backward")
-
-
-def conv_ms_per_step(run, rank: int) -> dict[int, float]:
-    """Per profiled step, the time rank `rank` spent in the convolutions (from its trace): identical
-    work on every rank, so a difference between ranks is a difference in how fast their cores ran."""
-    import gzip
-    import json
-    import re
-
-    with gzip.open(run / "traces" / f"rank-{rank}.pt.trace.json.gz", "rt") as fh:
-        ev = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
-    steps = [(int(m.group(1)), e["ts"], e["ts"] + e["dur"]) for e in ev if (m := re.match(r"ProfilerStep#(\d+)$", e["name"]))]
-    out = {}
-    for n, a, b in steps:
-        out[n] = sum(e["dur"] for e in ev if e["name"] in CONV_OPS and a <= e["ts"] < b) / 1e3
     return out
 
 
@@ -68,9 +48,9 @@ def test_healthy_run_flags_nobody_whose_cores_ran_alike(analysed, drill_runs):
     s = analysed["healthy"]
     assert s["collectives_matched"] > 0
     for flag in s["stragglers"]:
-        mine = conv_ms_per_step(drill_runs["healthy"], flag["rank"])
-        other = conv_ms_per_step(drill_runs["healthy"], 1 - flag["rank"])
-        slower = [n for n in mine if n in other and mine[n] - other[n] >= flag["base_threshold_ms"] / 2]
+        run = drill_runs["healthy"]
+        mine, other = conv_ms_per_step(run, flag["rank"]), conv_ms_per_step(run, 1 - flag["rank"])
+        slower = slower_steps(run, flag["rank"], 1 - flag["rank"], flag["base_threshold_ms"] / 2)
         print(f"healthy run: rank {flag['rank']} flagged ({flag['cost_ms_per_step']} ms/step, {flag['cause']}); "
               f"its convolutions ran slower in {len(slower)} of {len(mine)} profiled steps")
         assert flag["cause"] == "cpu_work", flag
@@ -83,5 +63,5 @@ def test_drill_names_rank1_first_with_host_gap_and_its_in_run_cost(analysed, dri
     truth = drill_truth(drill_runs["drill"] / "steps")
     require_resolved_truth(truth, drill_ms=60.0)
     assert truth.drilled_profiled * 2 == truth.profiled, truth  # the window holds as many drilled steps as not
-    figure = assert_straggler_drill_verdict(analysed["drill"], truth, rank=1)
+    figure = assert_straggler_drill_verdict(analysed["drill"], truth, rank=1, run=drill_runs["drill"])
     print(f"local drill: {figure}")

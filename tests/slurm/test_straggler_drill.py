@@ -42,5 +42,5 @@ def test_straggler_drill_on_two_nodes_names_rank1_with_its_in_run_cost(slurm_clu
     require_resolved_truth(truth, drill_ms=60.0)
     assert truth.drilled_profiled * 2 == truth.profiled, truth
     summary = analyze(run, out=tmp_path / "analysis", workers=2, progress=False)
-    figure = assert_straggler_drill_verdict(summary, truth, rank=1)
+    figure = assert_straggler_drill_verdict(summary, truth, rank=1, run=run)
     print(f"SLURM drill: {figure}")
