@@ -1,8 +1,13 @@
-"""The clock-skew drill on the real 2-node cluster: the ranks on n2 write their traces with the clock
+"""The clock-skew drill on the real 2-node cluster: the rank on n2 writes its trace with the clock
 SKEW_MS ahead. Both nodes run on this machine's one clock, so the true offset of n2 is exactly the
 injected skew: the analysis must recover it within its reported uncertainty and within 0.1 ms.
 The straggler and wait numbers must be those of the same traces with the skew taken out again
-(the same run, so no run-to-run noise enters the comparison)."""
+(the same run, so no run-to-run noise enters the comparison).
+
+One rank per node, so each rank has a core of its own (issue 10's dedicated cores): with two ranks
+per node on the 2 cores, gloo end times spread by milliseconds (a rank descheduled between the
+data arriving and its worker thread recording the end), and the estimate could only be held to
+its (millisecond) uncertainty."""
 
 from __future__ import annotations
 
@@ -19,17 +24,17 @@ SKEW_MS = 5.0
 
 def test_clock_skew_on_n2_is_recovered(slurm_cluster, tmp_path):
     runs = tmp_path / "runs"
-    cmd = submit_cmd(slurm_cluster, runs, "skew", "--train-steps", "12", "--profiler-wait", "1", "--profiler-active", "8",
-                     "--inject-clock-skew", f"n2:{SKEW_MS}", "--wait")
+    cmd = submit_cmd(slurm_cluster, runs, "skew", "--tasks-per-node", "1", "--train-steps", "12", "--profiler-wait", "1",
+                     "--profiler-active", "8", "--inject-clock-skew", f"n2:{SKEW_MS}", "--wait")
     res = subprocess.run(cmd, env=slurm_cluster.env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run = runs / "skew"
     m = manifest(run)
     assert m["drills"]["clock_skew"] == {"node": "n2", "ms": SKEW_MS}
     on_n2 = sorted(e["rank"] for e in m["ranks"] if e["node"] == "n2")
-    assert on_n2 == [2, 3]
+    assert on_n2 == [1]
 
-    # one parse cache for both analyses: ranks 0 and 1 are the same bytes in both (content-hash keyed)
+    # one parse cache for both analyses: rank 0 is the same bytes in both (content-hash keyed)
     cache = tmp_path / "parse-cache"
     skewed = analyze(run, out=tmp_path / "an-skewed", workers=2, progress=False, cache_dir=cache)
     # the same traces with the skew taken out: what an analysis of a synchronised job would see
@@ -45,12 +50,7 @@ def test_clock_skew_on_n2_is_recovered(slurm_cluster, tmp_path):
     print(f"clock skew drill: injected {SKEW_MS} ms, recovered {n2['offset_ms']:.3f} +/- {n2['uncertainty_ms']:.3f} ms "
           f"(error {n2['offset_ms'] - SKEW_MS:+.3f} ms)")
     assert abs(n2["offset_ms"] - SKEW_MS) <= n2["uncertainty_ms"], n2
-    # The 0.1 ms target is checked where the estimator claims that precision: on 2 shared cores the
-    # end times of gloo collectives spread by milliseconds (measured: 6.22 +- 4.74 ms by the median
-    # before the causal bounds), so the truth is held to the reported uncertainty, not to 0.1 ms.
-    # (tests/analysis/test_timeline.py holds a GPU job, DLRM, to 0.1 ms.)
-    if n2["uncertainty_ms"] < 0.1:
-        assert abs(n2["offset_ms"] - SKEW_MS) < 0.1, n2
+    assert abs(n2["offset_ms"] - SKEW_MS) < 0.1, n2
     assert n2["uncertainty_ms"] < SKEW_MS, n2  # the skew is resolved, not drowned in the uncertainty
     base = {h["host"]: h for h in plain["clock_alignment"]["hosts"]}["n2"]
     assert abs(base["offset_ms"]) <= base["uncertainty_ms"], base  # one physical clock: offset 0
