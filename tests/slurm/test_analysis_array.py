@@ -117,7 +117,7 @@ def test_an_exception_in_one_file_of_a_chunk_costs_only_that_file(traces, tmp_pa
 def _cancel_task_when_running(cluster, job_name: str, task: int, timeout: float = 300) -> str:
     """scancel one task of the array named `job_name` as soon as it runs; returns the array id.
     (Running, not queued: a queued array task cancelled before it starts leaves no accounting
-    record, and submitit then never sees it end.)"""
+    record; that case is test_a_task_cancelled_before_the_array_started_is_reported_not_awaited.)"""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         ids = subprocess.run(["squeue", "-h", "-r", "-t", "R", "-n", job_name, "-o", "%i"], env=cluster.env,
@@ -154,11 +154,55 @@ def test_slurm_array_chunks_and_a_task_that_dies_costs_its_chunk(slurm_cluster, 
     for w in ("worker6", "worker7"):
         err = by_worker[w].error
         assert err.startswith(Path(by_worker[w].path).name), err
-        assert f"SLURM array task {array_id}_2 failed" in err and "log: " in err, err
+        assert f"SLURM array task {array_id}_2 ended CANCELLED" in err and "log: " in err, err
 
     tasks = _wait_accounted(slurm_cluster, array_id, 3)
     states = [tasks[f"{array_id}_{i}"][0] for i in range(3)]
     assert states[:2] == ["COMPLETED", "COMPLETED"] and states[2].startswith("CANCELLED"), states
+
+
+def test_a_task_cancelled_before_the_array_started_is_reported_not_awaited(slurm_cluster, slurm_env, traces, tmp_path,
+                                                                           capfd, monkeypatch):
+    """`scancel <array>_1` while the whole array is one pending job: SLURM keeps no record of that
+    task (neither squeue nor sacct list it), so submitit reports it UNKNOWN forever and the analysis
+    used to wait forever. It must come back with that rank failed and saying why, the other done."""
+    import hpcprof.analysis.executors.slurm_array as sa
+
+    monkeypatch.setattr(sa, "GONE_S", 4.0)
+    files = sorted(traces.iterdir())[:2]
+    env = slurm_cluster.env
+    # both nodes taken by another job: the array cannot start, and stays one pending job
+    blocker = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "-N", str(len(slurm_cluster.node_names)), "--exclusive",
+                              f"--partition={slurm_cluster.partition}", "--time=2", "--wrap", "sleep 120"],
+                             env=env, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run(["squeue", "-h", "-j", blocker, "-t", "R", "-o", "%i"], env=env, capture_output=True,
+                             text=True, timeout=30).stdout.strip() != blocker:
+            assert time.monotonic() < deadline, "the blocking job never started"
+            time.sleep(0.2)
+        opts = SlurmOptions(array_resources(partition=slurm_cluster.partition, time_min=5, mem_gb=2,
+                                            job_name="pending-array"), array_parallelism=1)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            mapped = pool.submit(map_on_slurm, files, tmp_path / "cache", True, opts, log_dir=tmp_path / "logs",
+                                 progress=False)
+            deadline = time.monotonic() + 60
+            while not (m := re.search(r"analysis array (\d+):", capfd.readouterr().err)):
+                assert time.monotonic() < deadline and not mapped.done(), "the array was not submitted"
+                time.sleep(0.2)
+            array_id = m.group(1)
+            queued = subprocess.run(["squeue", "-h", "-j", array_id, "-o", "%i %T"], env=env, capture_output=True,
+                                    text=True, timeout=30).stdout.split()
+            assert queued == [f"{array_id}_[0-1%1]", "PENDING"], queued  # one pending job, not yet split
+            subprocess.run(["scancel", f"{array_id}_1"], env=env, check=True, timeout=30)
+            subprocess.run(["scancel", blocker], env=env, check=True, timeout=30)
+            results = mapped.result(timeout=300)
+    finally:
+        subprocess.run(["scancel", blocker], env=env, timeout=30)
+    assert [r.ok for r in results] == [True, False], [(r.path, r.error) for r in results]
+    err = results[1].error
+    assert err.startswith(files[1].name) and f"SLURM array task {array_id}_1 is neither queued" in err, err
+    assert "cancelled before it started?" in err, err
 
 
 def test_slurm_options_from_the_command_line_reach_the_sbatch_parameters(tmp_path):

@@ -32,6 +32,10 @@ from ..ranks.result import RankResult
 
 #: Seconds between two looks at the array tasks while waiting.
 POLL_S = 1.0
+#: A task that neither squeue nor sacct has known for this long is gone: SLURM keeps no record of an
+#: array task cancelled while the whole array was still one pending job (Slurm 22.05: `scancel 5_1`
+#: on `5_[0-1%1] PENDING` leaves sacct with 5_0 only), so submitit would report it UNKNOWN forever.
+GONE_S = 30.0
 
 
 #: The analysis command's flags for the SLURM resources of its array tasks. The resources are the
@@ -134,12 +138,63 @@ def _executor(opts: SlurmOptions, log_dir: Path, n_tasks: int):
 
 
 def _failure(job, exc: BaseException) -> str:
+    """One line for a task that ended without a result: SLURM's state for it where sacct knows one
+    (CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL: a task cancelled before it started has no log to
+    read), the last line submitit gave, and the log."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
     # submitit puts the task's traceback (or "has not produced any output (state: X)") in the message
     tail = lines[-1] if lines else type(exc).__name__
     if len(tail) > 300:
         tail = tail[:300] + "..."
-    return f"SLURM array task {job.job_id} failed ({tail}); log: {job.paths.stderr}"
+    try:
+        state = str(job.watcher.get_state(job.job_id, mode="cache") or "")
+    except Exception:  # the state is a hint; the failure is reported without it
+        state = ""
+    ended = f" ended {state}" if state and state.upper() not in ("UNKNOWN", "COMPLETED") else ""
+    return f"SLURM array task {job.job_id}{ended} failed ({tail}); log: {job.paths.stderr}"
+
+
+class _GoneTasks:
+    """Finds the array tasks SLURM has forgotten (see GONE_S): a task whose state submitit does not
+    know (UNKNOWN: no sacct record) and that squeue does not list either, continuously for GONE_S."""
+
+    def __init__(self, array_id: str, every_s: float = 5.0):
+        self.array_id = array_id
+        self.every_s = every_s
+        self.last = 0.0
+        self.missing_since: dict[int, float] = {}
+
+    def _queued(self) -> set[str] | None:
+        import subprocess
+
+        try:
+            out = subprocess.run(["squeue", "-h", "-r", "-j", self.array_id, "-o", "%i"], capture_output=True,
+                                 text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return set(out.stdout.split()) if out.returncode == 0 else None
+
+    def check(self, pending: dict) -> list[int]:
+        now = time.monotonic()
+        if not pending or now - self.last < self.every_s:
+            return []
+        self.last = now
+        queued = self._queued()
+        if queued is None:  # squeue did not answer: no evidence either way
+            return []
+        out = []
+        for i, job in pending.items():
+            try:
+                state = str(job.watcher.get_state(job.job_id, mode="cache") or "UNKNOWN")
+            except Exception:
+                state = "UNKNOWN"
+            if job.job_id in queued or state.upper() != "UNKNOWN":
+                self.missing_since.pop(i, None)
+                continue
+            since = self.missing_since.setdefault(i, now)
+            if now - since >= GONE_S:
+                out.append(i)
+        return out
 
 
 def map_on_slurm(
@@ -180,6 +235,7 @@ def map_on_slurm(
 
     results: list[RankResult] = []
     pending = dict(enumerate(jobs))
+    gone = _GoneTasks(array_id)
     bar = tqdm(total=n, desc=f"hpcprof: SLURM array {array_id}", unit="task", disable=not progress, file=sys.stderr)
     try:
         while pending:
@@ -193,6 +249,12 @@ def map_on_slurm(
                     why = _failure(job, exc)
                     res = [RankResult.failed(p, f"{Path(p).name}: {why}") for p in chunks[i]]
                 results.extend(res)
+                bar.update()
+            for i in gone.check({i: job for i, job in pending.items()}):
+                job = pending.pop(i)
+                why = (f"SLURM array task {job.job_id} is neither queued (squeue) nor recorded (sacct) for {GONE_S:.0f} s: "
+                       f"cancelled before it started? log folder: {log_dir}")
+                results.extend(RankResult.failed(p, f"{Path(p).name}: {why}") for p in chunks[i])
                 bar.update()
             if pending:
                 time.sleep(POLL_S)
