@@ -283,6 +283,9 @@ def test_trace_drill_cost_matches_the_injected_job_time(base_sets, tmp_path, set
     s = _analyse(cur, tmp_path, "drilled")
     before, after = _costs(base), _costs(s)
     increase = after[rank] - before[rank]
+    flagged = [(x["rank"], x["cost_ms_per_step"], x["cause"], x["cause_shares"]) for x in s["stragglers"]]
+    print(f"trace drill {set_name} rank {rank} {drill} {size}: cost increase {increase:.3f} ms/step against the injected "
+          f"{truth:.3f}; replay error {s['replay_error_pct']}%; flagged {flagged}")
     assert truth > 0
     assert increase == pytest.approx(truth, rel=0.10), (after, before, truth)
     assert s["replay_error_pct"] < 3.0
