@@ -59,7 +59,10 @@ so the threshold is unchanged there. The same holds across steps: where the late
 from step to step (2 ranks whose cores slow down in turn), each is above the threshold in about
 half of the steps; so a straggler must also cost more than the other ranks over the profiled
 steps: its mean cost minus the median of the other ranks' mean costs above the (median) base
-threshold. NOISE_FLOOR_MS (1 ms): below it scheduling and clock jitter dominate, and nothing a user
+threshold. The price of holding each rank against the others: with two ranks that are both late
+through most steps (each at its own point of the step), each is held against the other and
+neither may be flagged; their costs still show in per_rank (docs/analysis.md, "Straggler flag").
+NOISE_FLOOR_MS (1 ms): below it scheduling and clock jitter dominate, and nothing a user
 could fix is that small per step; REL_THRESHOLD (5%): a rank costing less than a twentieth of the
 step is not worth chasing before the job's other recommendations; MIN_STEP_SHARE (0.5, at least
 half): a straggler is late persistently or periodically (a rank late every second step, as a
