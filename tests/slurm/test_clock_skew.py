@@ -24,8 +24,8 @@ SKEW_MS = 5.0
 
 def test_clock_skew_on_n2_is_recovered(slurm_cluster, tmp_path):
     runs = tmp_path / "runs"
-    cmd = submit_cmd(slurm_cluster, runs, "skew", "--tasks-per-node", "1", "--train-steps", "12", "--profiler-wait", "1",
-                     "--profiler-active", "8", "--inject-clock-skew", f"n2:{SKEW_MS}", "--wait")
+    cmd = submit_cmd(slurm_cluster, runs, "skew", "--tasks-per-node", "1", "--train-steps", "16", "--profiler-wait", "1",
+                     "--profiler-active", "12", "--inject-clock-skew", f"n2:{SKEW_MS}", "--wait")
     res = subprocess.run(cmd, env=slurm_cluster.env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run = runs / "skew"

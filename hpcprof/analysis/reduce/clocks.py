@@ -23,6 +23,14 @@ Definitions (also in docs/analysis.md, "Numbers and definitions"):
   the residuals / sqrt(n)), plus the systematic part: the largest median end-time difference
   between two ranks that share a clock (their true offset is 0, so whatever they show is how far
   "ends at the same instant" is off on this job), with a floor of 1 us (Kineto's resolution).
+  Where no two analysed ranks share a clock (one rank per host), that difference cannot be
+  measured; it is bounded instead by how fast the job's quickest collectives complete: the
+  SYSTEMATIC_QUANTILE (10th percentile) over the collectives of the shortest time any rank spent
+  in one (end minus arrival on its own clock: the last rank to arrive only waits for the data to
+  move), since ranks that end one collective cannot be further apart than the time the data
+  takes to move. Measured on the 2-node CPU cluster, one rank per node, one physical clock: the
+  median of end differences is off by +0.03 to +0.05 ms (the second rank of a gloo all-reduce
+  ends one message later), the bound is 0.06-0.13 ms.
 - a host is suspect (warning) when its uncertainty exceeds BOUND_US, or when more than
   MAX_OUTLIER_SHARE of its residuals exceed BOUND_US (a drifting or jumping clock) and the causal
   bounds do not pin the offset, or when fewer than MIN_COLLECTIVES collectives could be matched.
@@ -43,6 +51,7 @@ MIN_COLLECTIVES = 3
 RESOLUTION_US = 1.0
 _MAD_TO_SIGMA = 1.4826
 _MEDIAN_SE = 1.2533  # standard error of a median = 1.2533 sigma / sqrt(n) for normal noise
+SYSTEMATIC_QUANTILE = 0.1
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,17 @@ def _robust_sigma(x: np.ndarray) -> float:
     return float(_MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
 
 
+def _quickest_collectives_us(colls: pd.DataFrame) -> float:
+    """The bound on how far the ends of one collective lie apart where no two ranks share a clock
+    (see the module docstring): per collective, the shortest time a rank spent in it on its own
+    clock (end - arrival), and of those the SYSTEMATIC_QUANTILE over the collectives."""
+    if not {"arrival_us", "end_us", "key"} <= set(colls.columns) or colls.empty:
+        return 0.0
+    inside = (colls["end_us"] - colls["arrival_us"]).groupby(colls["key"]).min()
+    inside = inside[inside >= 0]
+    return float(inside.quantile(SYSTEMATIC_QUANTILE)) if len(inside) else 0.0
+
+
 def _causal_bounds(colls: pd.DataFrame, members: list[int], ref_members: list[int]) -> tuple[float, float] | None:
     """[lo, hi] for the offset of the hosts of `members` against the reference host from causality:
     at an all-to-all kind of collective (all-reduce, all-gather, all-to-all, reduce-scatter,
@@ -175,14 +195,17 @@ def estimate_clocks(colls: pd.DataFrame, hosts: dict, bound_us: float = BOUND_US
     piv = (colls.pivot_table(index="key", columns="rank", values="end_us", aggfunc="first")
            if len(colls) else pd.DataFrame())
 
-    systematic = 0.0
+    systematic, same_clock_pairs = 0.0, 0
     for members in by_host.values():
         cols = [r for r in members if r in piv.columns]
         for i, a in enumerate(cols):
             for b in cols[i + 1:]:
                 d = (piv[a] - piv[b]).dropna()
                 if len(d):
+                    same_clock_pairs += 1
                     systematic = max(systematic, abs(float(d.median())))
+    if not same_clock_pairs and len(by_host) > 1:
+        systematic = _quickest_collectives_us(colls)
 
     def host_end(members):
         cols = [r for r in members if r in piv.columns]
