@@ -181,16 +181,15 @@ def per_step_costs(summary: dict, rank: int) -> dict[int, float]:
     return {int(s): float(c) for s, c in zip(df["step"], df["whatif_cost_ms"])}
 
 
-# The bulk of a CPU ResNet step: the same convolutions, the same shapes, on every rank.
-CONV_OPS = ("aten::mkldnn_convolution", "aten::convolution_backward")
-
-
-def conv_ms_per_step(run: Path, rank: int) -> dict[int, float]:
-    """Per profiled step, the time rank `rank` spent in the convolutions (from its trace): identical
-    work on every rank, so a difference between ranks is a difference in how fast their cores ran.
-    Measured on the 2-core VM: +/-10-30 ms per step on 100-150 ms of convolutions, with the same
-    sign for several steps at times (the vCPUs share memory bandwidth and a host), while a
-    cache-resident matmul loop pinned to each core runs alike (54 ms, spikes under 10%)."""
+def ops_ms_per_step(run: Path, rank: int) -> dict[int, float]:
+    """Per profiled step, the time rank `rank` spent in its top-level `aten::` operators (from its
+    trace; per thread, an operator inside another is not counted again): the same operators on the
+    same shapes on every rank (one model, one batch size), so a difference between ranks is a
+    difference in how fast their cores ran that work. The collectives (c10d, gloo) are not aten
+    operators. Measured on the 2-core VM: +/-10-35 ms per step on 120-200 ms of operators, with the
+    same sign for several steps at times, while a cache-resident matmul loop pinned to each core
+    runs alike (54 ms, spikes under 10%). (The convolutions alone, tried first, miss part of it: a
+    flag whose rank ran its operators 7-13 ms slower in 2 steps showed 2-5 ms in its convolutions.)"""
     import gzip
     import json
     import re
@@ -198,10 +197,14 @@ def conv_ms_per_step(run: Path, rank: int) -> dict[int, float]:
     with gzip.open(Path(run) / "traces" / f"rank-{rank}.pt.trace.json.gz", "rt") as fh:
         ev = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
     steps = [(int(m.group(1)), e["ts"], e["ts"] + e["dur"]) for e in ev if (m := re.match(r"ProfilerStep#(\d+)$", e["name"]))]
-    out = {}
-    for n, a, b in steps:
-        out[n] = sum(e["dur"] for e in ev if e["name"] in CONV_OPS and a <= e["ts"] < b) / 1e3
-    return out
+    ops = sorted((e for e in ev if e.get("cat") == "cpu_op" and str(e.get("name", "")).startswith("aten::")),
+                 key=lambda e: (str(e.get("tid")), e["ts"], -e["dur"]))
+    top, open_until = [], {}
+    for e in ops:
+        if e["ts"] >= open_until.get(str(e.get("tid")), float("-inf")):
+            top.append(e)
+            open_until[str(e.get("tid"))] = e["ts"] + e["dur"]
+    return {n: sum(e["dur"] for e in top if a <= e["ts"] < b) / 1e3 for n, a, b in steps}
 
 
 def base_threshold_ms(summary: dict) -> float:
@@ -213,16 +216,16 @@ def base_threshold_ms(summary: dict) -> float:
 
 
 def slower_steps(run: Path, rank: int, than: int, by_ms: float) -> list[int]:
-    """The profiled steps in which `rank`'s convolutions took at least `by_ms` longer than `than`'s."""
-    mine, other = conv_ms_per_step(run, rank), conv_ms_per_step(run, than)
+    """The profiled steps in which `rank`'s operators (ops_ms_per_step) took at least `by_ms` longer than `than`'s."""
+    mine, other = ops_ms_per_step(run, rank), ops_ms_per_step(run, than)
     return [n for n in mine if n in other and mine[n] - other[n] >= by_ms]
 
 
 def unplanned_straggler(run: Path, summary: dict, drilled: int) -> str | None:
     """Whether the drill run holds a second straggler that the drill did not plant, measured in its
-    traces: another rank whose convolutions (the same work on every rank) took longer than the
-    drilled rank's by more than the base threshold on average over the profiled steps, and by at
-    least half of it in at least half of them (the flag rule's two conditions, on the convolution
+    traces: another rank whose operators (ops_ms_per_step: the same work on every rank) took longer
+    than the drilled rank's by more than the base threshold on average over the profiled steps, and
+    by at least half of it in at least half of them (the flag rule's two conditions, on operator
     times instead of the what-if costs). Returns the figure, or None.
 
     Why: "the drilled rank is the one straggler" is the known answer only when no other rank was
@@ -232,21 +235,21 @@ def unplanned_straggler(run: Path, summary: dict, drilled: int) -> str | None:
     27.9 ms/step against the drilled rank's 32.6), the run has two real stragglers, and with two
     ranks the flag rule holds each against the other (docs/analysis.md, "Straggler flag": two ranks
     that are both late look like two ranks that jitter). Then the flag is no known answer; the
-    drilled rank's cost still is, and is checked. Symmetric jitter (+/-10-30 ms per step) rarely
+    drilled rank's cost still is, and is checked. Symmetric jitter (+/-10-35 ms per step) rarely
     meets both conditions: the mean of 10 differences has a standard error of about 5 ms."""
     base = base_threshold_ms(summary)
-    mine = conv_ms_per_step(run, drilled)
+    mine = ops_ms_per_step(run, drilled)
     for r in summary["ranks_analyzed"]:
         if r == drilled:
             continue
-        other = conv_ms_per_step(run, r)
+        other = ops_ms_per_step(run, r)
         diffs = [other[n] - mine[n] for n in other if n in mine]
         if not diffs:
             continue
         mean = sum(diffs) / len(diffs)
         slow = sum(d >= base / 2 for d in diffs)
         if mean > base and slow >= len(diffs) / 2:
-            return (f"rank {r}'s convolutions ran {mean:.1f} ms slower than rank {drilled}'s on average (base threshold "
+            return (f"rank {r}'s operators ran {mean:.1f} ms slower than rank {drilled}'s on average (base threshold "
                     f"{base:.1f} ms), at least {base / 2:.1f} ms slower in {slow} of {len(diffs)} profiled steps: a second "
                     "straggler the drill did not plant")
     return None
