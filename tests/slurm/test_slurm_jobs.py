@@ -115,6 +115,12 @@ def preempt_when_running(cluster, run: Path, job_id=None, alive=lambda: True, ti
     raise AssertionError(f"job {job} was never requeued after SIGUSR2 (squeue: {_squeue(cluster, job)!r})")
 
 
+def _sacct_history(cluster, job: str) -> str:
+    """Every accounting record of the job (each requeue is one), for a failure message."""
+    return subprocess.run(["sacct", "-D", "-n", "-P", "-j", job, "-o", "JobID,State,ExitCode,Start,End"], env=cluster.env,
+                          capture_output=True, text=True, timeout=10).stdout
+
+
 def _show_job(cluster, job: str) -> str:
     return subprocess.run(["scontrol", "-o", "show", "job", job], env=cluster.env,
                           capture_output=True, text=True, timeout=10).stdout
@@ -134,8 +140,17 @@ def assert_resumed_without_gaps(cluster, run: Path, job: str, steps: int) -> Non
     assert_ranks_on_nodes(run)
 
 
+# Steps of the preemption tests: SIGUSR2 goes out once every rank has done 2 steps, and the ranks
+# act on it at the next agreed step boundary. With 8 steps of about 0.25 s the ranks resumed from
+# step 3-4 (about 1 s before the job's own end), and once, in a full-suite run, the sbatch job ended
+# FAILED 2 s after its requeue (its records were gone before they could be read; the likeliest cause
+# is the requeue racing the job's end). 24 steps leave about 5 s; a failure now prints the job's
+# accounting history and each rank's steps.
+PREEMPT_STEPS = 24
+
+
 def test_preemption_of_submitted_job_checkpoints_requeues_and_resumes_without_gaps(slurm_cluster, tmp_path):
-    runs, steps = tmp_path / "runs", 8
+    runs, steps = tmp_path / "runs", PREEMPT_STEPS
     run = runs / "preempted"
     proc = subprocess.Popen(submit_cmd(slurm_cluster, runs, "preempted", "--train-steps", str(steps),
                                        "--wait"),
@@ -155,7 +170,7 @@ def test_preemption_of_submitted_job_checkpoints_requeues_and_resumes_without_ga
 
 
 def test_preemption_of_sbatch_template_job_requeues_and_resumes_without_gaps(slurm_cluster, tmp_path):
-    steps = 8
+    steps = PREEMPT_STEPS
     script = tmp_path / "job.slurm"
     render = subprocess.run(
         [sys.executable, "-m", "hpcprof.sbatch", "--template", "generic", "--output", str(script),
@@ -169,7 +184,9 @@ def test_preemption_of_sbatch_template_job_requeues_and_resumes_without_gaps(slu
     job = sub.stdout.strip().split(";")[0]
     run = tmp_path / "runs" / "preempted"
     preempt_when_running(slurm_cluster, run, job_id=job)
-    assert slurm_cluster.wait_job(job, timeout=180) == "COMPLETED", (tmp_path / f"hpcprof-{job}.out").read_text()
+    state = slurm_cluster.wait_job(job, timeout=180)
+    assert state == "COMPLETED", ((tmp_path / f"hpcprof-{job}.out").read_text(), _sacct_history(slurm_cluster, job),
+                                  {r: step_numbers(run, r) for r in range(4)})
     assert_resumed_without_gaps(slurm_cluster, run, job, steps)
     batch_out = (tmp_path / f"hpcprof-{job}.out").read_text()
     assert "(restart 0)" in batch_out and "(restart 1)" in batch_out
