@@ -215,9 +215,8 @@ def base_threshold_ms(summary: dict) -> float:
     return float(pd.read_csv(tables / "whatif_steps.csv")["threshold_ms"].median())
 
 
-def slower_steps(run: Path, rank: int, than: int, by_ms: float) -> list[int]:
-    """The profiled steps in which `rank`'s operators (ops_ms_per_step) took at least `by_ms` longer than `than`'s."""
-    mine, other = ops_ms_per_step(run, rank), ops_ms_per_step(run, than)
+def slower_steps(mine: dict[int, float], other: dict[int, float], by_ms: float) -> list[int]:
+    """The profiled steps in which `mine` (ops_ms_per_step of one rank) is at least `by_ms` above `other`."""
     return [n for n in mine if n in other and mine[n] - other[n] >= by_ms]
 
 
@@ -247,7 +246,7 @@ def unplanned_straggler(run: Path, summary: dict, drilled: int) -> str | None:
         if not diffs:
             continue
         mean = sum(diffs) / len(diffs)
-        slow = sum(d >= base / 2 for d in diffs)
+        slow = len(slower_steps(other, mine, base / 2))
         if mean > base and slow >= len(diffs) / 2:
             return (f"rank {r}'s operators ran {mean:.1f} ms slower than rank {drilled}'s on average (base threshold "
                     f"{base:.1f} ms), at least {base / 2:.1f} ms slower in {slow} of {len(diffs)} profiled steps: a second "

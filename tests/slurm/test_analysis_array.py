@@ -177,8 +177,7 @@ def test_a_task_cancelled_before_the_array_started_is_reported_not_awaited(slurm
                              env=env, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
     try:
         deadline = time.monotonic() + 60
-        while subprocess.run(["squeue", "-h", "-j", blocker, "-t", "R", "-o", "%i"], env=env, capture_output=True,
-                             text=True, timeout=30).stdout.strip() != blocker:
+        while slurm_cluster.job_state(blocker) != "RUNNING":
             assert time.monotonic() < deadline, "the blocking job never started"
             time.sleep(0.2)
         opts = SlurmOptions(array_resources(partition=slurm_cluster.partition, time_min=5, mem_gb=2,

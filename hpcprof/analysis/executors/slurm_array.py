@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -137,6 +138,15 @@ def _executor(opts: SlurmOptions, log_dir: Path, n_tasks: int):
                          slurm_array_parallelism=opts.array_parallelism or max(1, n_tasks))
 
 
+def _cached_state(job) -> str:
+    """SLURM's state of a task as submitit last read it from sacct (no new sacct call); "UNKNOWN"
+    where sacct has no record of it or the state cannot be read (it is a hint, never an error)."""
+    try:
+        return str(job.watcher.get_state(job.job_id, mode="cache") or "UNKNOWN")
+    except Exception:
+        return "UNKNOWN"
+
+
 def _failure(job, exc: BaseException) -> str:
     """One line for a task that ended without a result: SLURM's state for it where sacct knows one
     (CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL: a task cancelled before it started has no log to
@@ -146,11 +156,8 @@ def _failure(job, exc: BaseException) -> str:
     tail = lines[-1] if lines else type(exc).__name__
     if len(tail) > 300:
         tail = tail[:300] + "..."
-    try:
-        state = str(job.watcher.get_state(job.job_id, mode="cache") or "")
-    except Exception:  # the state is a hint; the failure is reported without it
-        state = ""
-    ended = f" ended {state}" if state and state.upper() not in ("UNKNOWN", "COMPLETED") else ""
+    state = _cached_state(job)
+    ended = f" ended {state}" if state.upper() not in ("UNKNOWN", "COMPLETED") else ""
     return f"SLURM array task {job.job_id}{ended} failed ({tail}); log: {job.paths.stderr}"
 
 
@@ -165,8 +172,6 @@ class _GoneTasks:
         self.missing_since: dict[int, float] = {}
 
     def _queued(self) -> set[str] | None:
-        import subprocess
-
         try:
             out = subprocess.run(["squeue", "-h", "-r", "-j", self.array_id, "-o", "%i"], capture_output=True,
                                  text=True, timeout=30)
@@ -184,11 +189,7 @@ class _GoneTasks:
             return []
         out = []
         for i, job in pending.items():
-            try:
-                state = str(job.watcher.get_state(job.job_id, mode="cache") or "UNKNOWN")
-            except Exception:
-                state = "UNKNOWN"
-            if job.job_id in queued or state.upper() != "UNKNOWN":
+            if job.job_id in queued or _cached_state(job).upper() != "UNKNOWN":
                 self.missing_since.pop(i, None)
                 continue
             since = self.missing_since.setdefault(i, now)
@@ -250,7 +251,7 @@ def map_on_slurm(
                     res = [RankResult.failed(p, f"{Path(p).name}: {why}") for p in chunks[i]]
                 results.extend(res)
                 bar.update()
-            for i in gone.check({i: job for i, job in pending.items()}):
+            for i in gone.check(pending):
                 job = pending.pop(i)
                 why = (f"SLURM array task {job.job_id} is neither queued (squeue) nor recorded (sacct) for {GONE_S:.0f} s: "
                        f"cancelled before it started? log folder: {log_dir}")
