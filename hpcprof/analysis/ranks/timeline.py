@@ -26,13 +26,18 @@ GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 HOST_CATS = {"cpu_op", "user_annotation", "python_function", "Operator", "cpu_instant_event"}
 GLOO_RE = re.compile(r"^gloo:(.+)$")
 C10D_RE = re.compile(r"^c10d::")
-WAITED_RESUME_US = 2000.0
+WAITED_RESUME_US = 10000.0
 """A CPU collective counts as waited for when the main thread was not computing (operators other
 than the c10d:: calls that enqueue or wait for collectives) at its end and resumed within this
 long after it: the main thread sat blocked in it (DDP's buffer broadcast, the wait for the last
 gradient buckets at the end of backward) rather than going on while a gloo worker thread ran it
-(the gradient all-reduces launched during backward). 2 ms: a woken thread runs within a
-scheduler tick (1-4 ms) on a loaded host, within tens of microseconds on a quiet one."""
+(the gradient all-reduces launched during backward). 10 ms: a woken thread runs within tens of
+microseconds on a quiet host and within a few scheduler ticks (1-4 ms each) on a loaded one. It
+was 2 ms until a SLURM drill in a full-suite run had the main thread resume 2.12-2.16 ms after a
+60 ms broadcast it was blocked in: the broadcast stopped being a chain point and the drilled
+rank's cost in that step came out 7.3 ms instead of about 60 (on the quiet host the same resume
+took 0.02-0.07 ms). A longer bound risks little: to be counted wrongly, a collective must end
+while the main thread is between operators (gaps of microseconds while it computes)."""
 CATEGORIES = STEP_CATEGORIES
 """What a rank spent a time window on (RankTimeline.window's keys): the per-step and per-window
 columns of the map's tables. Defined in ranks/categories.py, with the straggler causes (these + comm)."""
