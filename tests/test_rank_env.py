@@ -48,3 +48,32 @@ def test_nothing_is_pinned_where_it_would_not_give_each_rank_its_own_core(machin
         r = renv(1, 2, launcher="submitit-slurm")
     assert E.pin_to_own_cores(r) is None
     assert machine["set"] is None
+
+
+def srun_env(monkeypatch, job_id: str, procid: int, restart: str | None) -> E.RankEnv:
+    """detect_rank_env for one task of `srun` in a 2-node, 4-task job (the sbatch templates' launch)."""
+    for var in ("SUBMITIT_FOLDER", "TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURM_RESTART_COUNT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", job_id)
+    monkeypatch.setenv("SLURM_PROCID", str(procid))
+    monkeypatch.setenv("SLURM_LOCALID", str(procid % 2))
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_NNODES", "2")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
+    if restart is not None:
+        monkeypatch.setenv("SLURM_RESTART_COUNT", restart)
+    return E.detect_rank_env()
+
+
+def test_srun_tasks_agree_on_master_and_a_requeued_start_listens_on_another_port(monkeypatch):
+    first = [srun_env(monkeypatch, "22", r, None) for r in range(4)]
+    assert {(e.master_addr, e.master_port) for e in first} == {("n1", E.slurm_port("22"))}
+    assert [(e.rank, e.local_rank, e.world_size, e.launcher) for e in first] == [
+        (0, 0, 4, "srun"), (1, 1, 4, "srun"), (2, 0, 4, "srun"), (3, 1, 4, "srun")]
+    # After a requeue every task of the new start sees SLURM_RESTART_COUNT=1: one new port for all,
+    # not the one the previous start's rank 0 listened on (it may not have released it yet).
+    again = {srun_env(monkeypatch, "22", r, "1").master_port for r in range(4)}
+    assert len(again) == 1 and again != {first[0].master_port}
+    # Four starts in a row, and the neighbouring jobs' ports, are all different.
+    ports = {E.slurm_port(str(j), k) for j in (21, 22, 23) for k in range(4)}
+    assert len(ports) == 12 and all(E.SLURM_PORT_BASE <= p < E.SLURM_PORT_BASE + E.SLURM_PORT_SPAN for p in ports)

@@ -24,7 +24,15 @@ from .. import __version__
 from ..rundir.manifest import Versions
 
 SLURM_PORT_BASE = 20000
+"""Lowest rendezvous port of an srun-launched job (below Linux's ephemeral range, 32768-60999, for
+most job ids)."""
 SLURM_PORT_SPAN = 40000
+"""Ports used: SLURM_PORT_BASE .. SLURM_PORT_BASE + SLURM_PORT_SPAN - 1."""
+SLURM_PORTS_PER_JOB = 4
+"""Consecutive ports per job id, one per start modulo 4 (SLURM_RESTART_COUNT): a requeued job's rank
+0 listens on another port than the previous start's rank 0, which may still be dying or leave the
+port in TIME_WAIT on the same node. Jobs whose ids differ by less than SPAN / PORTS_PER_JOB (10,000)
+never share a port."""
 
 
 @dataclass
@@ -79,10 +87,12 @@ def first_slurm_host(nodelist: str) -> str:
     return head
 
 
-def slurm_port(job_id: str) -> int:
-    """A rendezvous port derived from the job id, the same on every node of the job."""
+def slurm_port(job_id: str, restart: int = 0) -> int:
+    """A rendezvous port derived from the job id and the start (SLURM_RESTART_COUNT: 0, then one
+    more per requeue), the same on every node of that start of the job."""
     digits = "".join(c for c in str(job_id) if c.isdigit()) or "0"
-    return SLURM_PORT_BASE + int(digits) % SLURM_PORT_SPAN
+    slot = int(digits) % (SLURM_PORT_SPAN // SLURM_PORTS_PER_JOB)
+    return SLURM_PORT_BASE + slot * SLURM_PORTS_PER_JOB + restart % SLURM_PORTS_PER_JOB
 
 
 def detect_rank_env() -> RankEnv:
@@ -126,7 +136,7 @@ def detect_rank_env() -> RankEnv:
             local_rank=int(env.get("SLURM_LOCALID", 0)),
             local_world_size=max(1, ntasks // max(nodes, 1)),
             master_addr=first_slurm_host(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "localhost"))),
-            master_port=slurm_port(job_id),
+            master_port=slurm_port(job_id, int(env.get("SLURM_RESTART_COUNT") or 0)),
             launcher="srun",
             job_id=job_id,
             slurm=slurm_vars(),

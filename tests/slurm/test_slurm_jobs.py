@@ -4,6 +4,7 @@ submitted with plain sbatch, preemption with requeue and resume, and a crash on 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -102,10 +103,12 @@ def preempt_when_running(cluster, run: Path, job_id=None, alive=lambda: True, ti
     job = job_id or manifest(run)["job_id"]
     subprocess.run(["scancel", "--signal=USR2", job], env=cluster.env, check=True, timeout=30)
     # SLURM holds a requeued batch job for about 2 minutes (BeginTime); release it as an operator
-    # would with `scontrol update`, so the test does not sit through the hold.
+    # would with `scontrol update`, so the test does not sit through the hold. On a real cluster
+    # the previous start is long gone by the end of the hold: release only once it is here too.
     while alive() and time.monotonic() < deadline + 60:
         state = _squeue(cluster, job)
         if state == "PENDING BeginTime":
+            _wait_previous_start_gone(cluster, job)
             subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=cluster.env,
                            check=True, timeout=30)
             return job
@@ -115,10 +118,51 @@ def preempt_when_running(cluster, run: Path, job_id=None, alive=lambda: True, ti
     raise AssertionError(f"job {job} was never requeued after SIGUSR2 (squeue: {_squeue(cluster, job)!r})")
 
 
+def _wait_previous_start_gone(cluster, job: str, timeout: float = 60) -> None:
+    """Until no node is COMPLETING and no slurmstepd of the job (``slurmstepd: [<job>.batch]``,
+    ``[<job>.0]``) is left: the state a requeued job finds at the end of SLURM's 2-minute hold."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], env=cluster.env, capture_output=True,
+                               text=True, timeout=10).stdout.split()
+        steps = [p for p in (e for e in os.listdir("/proc") if e.isdigit())
+                 if _cmdline(p).startswith(f"slurmstepd: [{job}.")]
+        if nodes and not any(n.startswith("comp") for n in nodes) and not steps:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {job}'s previous start still tearing down after {timeout:.0f} s "
+                         f"(nodes {nodes}, slurmstepd pids {steps})")
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _sacct_history(cluster, job: str) -> str:
     """Every accounting record of the job (each requeue is one), for a failure message."""
     return subprocess.run(["sacct", "-D", "-n", "-P", "-j", job, "-o", "JobID,State,ExitCode,Start,End"], env=cluster.env,
                           capture_output=True, text=True, timeout=10).stdout
+
+
+def _job_report(cluster, job: str, batch_out: Path, run: Path) -> str:
+    """Everything needed to tell why a job did not complete, for a failure message printed whole:
+    the batch output, each accounting record, each rank's steps and log tail, the attempts of the
+    manifest, and what slurmctld and the slurmds logged about the job."""
+    parts = [f"--- {batch_out.name}", batch_out.read_text() if batch_out.exists() else "(none)",
+             "--- sacct -D", _sacct_history(cluster, job),
+             "--- steps", repr({r: step_numbers(run, r) for r in range(4)})]
+    if (run / "manifest.json").exists():
+        parts += ["--- manifest attempts", json.dumps(manifest(run).get("attempts"), indent=1)]
+    for log in sorted((run / "logs").glob("*.out")):
+        parts += [f"--- {log.name} (last 15 lines)", "\n".join(log.read_text(errors="replace").splitlines()[-15:])]
+    for log in sorted((cluster.state_dir / "log").glob("slurm*.log")):
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if f"{job}" in ln or "error" in ln]
+        parts += [f"--- {log.name} (lines naming job {job} or an error, last 25)", "\n".join(lines[-25:])]
+    return "\n".join(parts)
 
 
 def _show_job(cluster, job: str) -> str:
@@ -185,8 +229,9 @@ def test_preemption_of_sbatch_template_job_requeues_and_resumes_without_gaps(slu
     run = tmp_path / "runs" / "preempted"
     preempt_when_running(slurm_cluster, run, job_id=job)
     state = slurm_cluster.wait_job(job, timeout=180)
-    assert state == "COMPLETED", ((tmp_path / f"hpcprof-{job}.out").read_text(), _sacct_history(slurm_cluster, job),
-                                  {r: step_numbers(run, r) for r in range(4)})
+    if state != "COMPLETED":
+        pytest.fail(f"job {job} ended {state}, not COMPLETED\n"
+                    + _job_report(slurm_cluster, job, tmp_path / f"hpcprof-{job}.out", run), pytrace=False)
     assert_resumed_without_gaps(slurm_cluster, run, job, steps)
     batch_out = (tmp_path / f"hpcprof-{job}.out").read_text()
     assert "(restart 0)" in batch_out and "(restart 1)" in batch_out
