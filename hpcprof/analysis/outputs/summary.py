@@ -81,7 +81,8 @@ def _whatif_fields(red: Reduced) -> dict[str, Any]:
     collectives were matched (reduce.whatif; docs/analysis.md "Straggler flag")."""
     wi = red.whatif
     if wi is None or wi.matching is None:
-        return {"straggler_slowdown": None, "replay_error_pct": None, "replay_error_pct_per_step": {}, "collective_matching": None}
+        return {"straggler_slowdown": None, "replay_error_pct": None, "replay_error_pct_per_step": {}, "collective_matching": None,
+                "cause_excess_ms_per_step_by_rank": {}}
     m = wi.matching
     per_step = {str(int(s)): round(float(e), 4) for s, e in zip(wi.steps.get("step", []), wi.steps.get("replay_error_pct", []))}
     return {
@@ -90,6 +91,7 @@ def _whatif_fields(red: Reduced) -> dict[str, Any]:
         "replay_error_pct_per_step": per_step,
         "collective_matching": {"instances": m.n_instances, "rematched_by_end_time": m.n_rematched, "dropped": m.n_dropped,
                                 "tolerance_ms": round(m.tol_us / 1e3, 4)},
+        "cause_excess_ms_per_step_by_rank": {str(r): e for r, e in wi.excess_ms_per_step.items()},
     }
 
 

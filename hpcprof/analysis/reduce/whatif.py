@@ -411,6 +411,9 @@ class WhatIf:
     straggler_slowdown: float | None
     replay_error_pct: float | None  # largest |error| over the profiled steps
     warnings: list = field(default_factory=list)
+    # every rank's window excess per category (ms per profiled step, before netting): what its cause
+    # would be read from, flagged or not; {} without category data
+    excess_ms_per_step: dict = field(default_factory=dict)
 
 
 def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> WhatIf:
@@ -466,6 +469,8 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
         "steps_above_share": g["above"].sum() / n_steps,
         "wait_ms_per_step": g["wait_ms"].mean(),
     }).reset_index()
+    excess_per_step = {r: {c: round(float(v) / n_steps, 3) for c, v in zip(CAUSE_CATEGORIES, e)}
+                       for r, e in sorted(excess_sum.items())} if have_cause else {}
     stragglers = []
     base_thr = float(st["threshold_ms"].median())
     for row in per_rank.sort_values(["whatif_cost_ms_per_step", "rank"], ascending=[False, True]).itertuples():
@@ -491,7 +496,7 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
             "cause_detail": CAUSE_TEXT.get(cause, cause) if cause != "mixed" else
             "mixed: " + ", ".join(f"{c} {100 * v:.0f}%" for c, v in shares.items()) + " of the cost",
             "cause_shares": shares,
-            "cause_excess_ms_per_step": {c: round(v / n_steps, 3) for c, v in (ex or {}).items()},
+            "cause_excess_ms_per_step": excess_per_step.get(int(row.rank), {}),
             "threshold_ms": round(float(mine["threshold_ms"].median()), 3),
             "base_threshold_ms": round(base_thr, 3),
             "excess_over_others_ms_per_step": round(float(excess), 3),
@@ -502,7 +507,7 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
     slowdown = float(st["replayed_ms"].sum()) / ideal if ideal > 0 else None
     err = float(st["replay_error_pct"].abs().max())
     warnings = list(mt.warnings)
-    return WhatIf(st, costs, per_rank, stragglers, _collectives_table(mt.df), mt, slowdown, err, warnings)
+    return WhatIf(st, costs, per_rank, stragglers, _collectives_table(mt.df), mt, slowdown, err, warnings, excess_per_step)
 
 
 def _collectives_table(m: pd.DataFrame) -> pd.DataFrame:
