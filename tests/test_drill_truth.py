@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from helpers import drill_truth
+from helpers import DrillTruth, drill_added_cost, drill_truth
 
 
 def rec(step: int, rank: int, step_ms: float, sleep_ms: float = 0.0, profiled: bool = False) -> dict:
@@ -79,3 +79,29 @@ def test_a_run_without_drilled_steps_is_an_error_naming_the_counts():
     recs = {0: [rec(s, 0, 100.0, profiled=True) for s in range(10)]}
     with pytest.raises(ValueError, match="0 drilled, 7 undrilled"):
         drill_truth(recs)
+
+
+def test_profiled_only_measures_the_truth_on_the_steps_the_analysis_sees():
+    # a burst outside the profiled window (steps 4..7): undrilled step 9 takes 300 ms on every rank
+    recs = drill_records()
+    for r in recs.values():
+        r[9]["step_s"] = 0.300
+    # over the run (job step time = median over ranks: 101 undrilled, 161 drilled, 300 in the burst):
+    # drilled 4, 6 -> +60; 8, 10 -> 161 - (101 + 300) / 2 = -39.5; median of the four: 10.25
+    assert drill_truth(recs).truth_ms == pytest.approx(10.25)
+    # over the profiled steps: 4 (neighbour 5; step 3 is not profiled) and 6 -> +60 each
+    t = drill_truth(recs, profiled_only=True)
+    assert t.truth_ms == pytest.approx(60.0) and t.expected_cost_ms == pytest.approx(30.0)
+    assert (t.profiled, t.drilled_profiled) == (4, 2)
+
+
+def test_drill_added_cost_is_the_truths_statistic_on_the_per_step_costs():
+    truth = DrillTruth(60.0, 30.0, 3, 6, 3, 3, 0.0, frozenset({4, 6, 8}))
+    # drilled 4, 6, 8 cost 70, 65, 66; undrilled 5, 7, 9 cost 5, 5 and 100 (a burst on that rank)
+    costs = {4: 70.0, 5: 5.0, 6: 65.0, 7: 5.0, 8: 66.0, 9: 100.0}
+    added, n_d, n_u = drill_added_cost(costs, truth)
+    # paired: 70 - 5 = 65, 65 - (5 + 5) / 2 = 60, 66 - (5 + 100) / 2 = 13.5; median 60
+    # (a difference of means would say 67 - 36.7 = 30.3)
+    assert (added, n_d, n_u) == (pytest.approx(60.0), 3, 3)
+    with pytest.raises(AssertionError, match="no drilled step next to an undrilled one"):
+        drill_added_cost({4: 70.0, 6: 65.0}, truth)

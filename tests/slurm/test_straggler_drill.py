@@ -38,7 +38,7 @@ def test_straggler_drill_on_two_nodes_names_rank1_with_its_in_run_cost(slurm_clu
     assert sorted((e["rank"], e["node"]) for e in m["ranks"]) == [(0, "n1"), (1, "n2")]
     assert m["drills"]["straggler"] == {"rank": 1, "ms": 60.0, "every": 2}
 
-    truth = drill_truth(run / "steps")
+    truth = drill_truth(run / "steps", profiled_only=True)
     require_resolved_truth(truth, drill_ms=60.0)
     assert truth.drilled_profiled * 2 == truth.profiled, truth
     summary = analyze(run, out=tmp_path / "analysis", workers=2, progress=False)
