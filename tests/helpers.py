@@ -47,8 +47,8 @@ class DrillTruth:
     drill run itself from its step records."""
 
     truth_ms: float
-    """Median over the drilled steps (after warm-up) of the job step time minus the mean of its
-    undrilled neighbour steps."""
+    """Median over the drilled steps (after warm-up; only the profiled ones with `profiled_only`) of
+    the job step time minus the mean of its undrilled neighbour steps."""
     expected_cost_ms: float
     """What the drilled rank costs per profiled step: truth x drilled profiled steps / profiled steps."""
     drilled_profiled: int
@@ -103,7 +103,7 @@ def drill_truth(steps: Path | dict[int, list[dict]], warmup_steps: int = 3, prof
     the steps the analysis sees: what its estimate must be compared with. A burst of unplanned
     lateness inside the profiled window then weighs on both alike (a full-suite run: undrilled
     profiled steps 9 and 11 took 213 and 172 ms against 125 typical; the truth over all 27 steps
-    was 55.1 +/- 5.6 ms, over the profiled ones 44).
+    was 55.1 +/- 5.6 ms, over the profiled ones 45.9 +/- 7.3).
 
     `steps` is a run's steps/ folder (rank-<r>.jsonl) or {rank: [step records]}; lines that are
     not JSON objects with the step-record keys are skipped, as the analysis skips them."""

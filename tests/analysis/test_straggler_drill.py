@@ -13,7 +13,7 @@ gives rank 1 in its drilled profiled steps minus the cost in its undrilled neigh
 the truth; both sides are the same paired statistic over the same steps, the profiled ones (a truth
 over the whole run against an estimate over the profiled window failed once, when a burst of
 unplanned lateness on rank 1 hit two undrilled profiled steps: 55.1 +/- 5.6 ms over the run,
-44 over the profiled steps, 33.8 estimated as a difference of means). A rank's what-if cost also holds the lateness it has without the drill (in a 2-rank job every
+45.9 +/- 7.3 over the profiled steps, 33.8 estimated as a difference of means). A rank's what-if cost also holds the lateness it has without the drill (in a 2-rank job every
 step waits for the later of two noisy ranks: about 5 ms per step on 2 quiet cores), which the truth,
 a difference of step times, cancels; the undrilled steps of the same run measure it. Rank 1 must be
 named first with cause host_gap (the sleep is in no annotated region), and the console, the report
