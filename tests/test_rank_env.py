@@ -76,4 +76,34 @@ def test_srun_tasks_agree_on_master_and_a_requeued_start_listens_on_another_port
     assert len(again) == 1 and again != {first[0].master_port}
     # Four starts in a row, and the neighbouring jobs' ports, are all different.
     ports = {E.slurm_port(str(j), k) for j in (21, 22, 23) for k in range(4)}
-    assert len(ports) == 12 and all(E.SLURM_PORT_BASE <= p < E.SLURM_PORT_BASE + E.SLURM_PORT_SPAN for p in ports)
+    assert len(ports) == 12
+
+
+def test_rendezvous_ports_stay_below_the_ephemeral_range():
+    """Outgoing connections take their local port from 32768-60999 (Linux's default): a rendezvous
+    port there can be held by any client socket on the master node (EADDRINUSE in a full-suite run,
+    submitit's port 40902). Real job ids are large: every id and start maps below 32768."""
+    ports = {E.slurm_port(str(j), k) for j in list(range(0, 20000, 7)) + [1234567, 98765432, 4294967295] for k in range(6)}
+    assert min(ports) >= E.SLURM_PORT_BASE >= 1024 and max(ports) < 32768
+
+
+def test_a_submitit_task_uses_the_job_port_unless_master_port_is_set(monkeypatch):
+    import submitit
+    from submitit.helpers import TorchDistributedEnvironment
+
+    class Job:
+        job_id, cluster = "418", "slurm"
+
+    class Tde:
+        rank, world_size, local_rank, local_world_size, master_addr, master_port = 1, 2, 1, 2, "n1", 40902
+
+    monkeypatch.setenv("SUBMITIT_FOLDER", "/nowhere")
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    monkeypatch.setattr(submitit, "JobEnvironment", Job)
+    monkeypatch.setattr(submitit.helpers, "TorchDistributedEnvironment", Tde)
+    assert TorchDistributedEnvironment is not Tde  # what detect_rank_env imports is looked up at call time
+    e = E.detect_rank_env()
+    assert (e.rank, e.master_addr, e.master_port, e.launcher) == (1, "n1", E.slurm_port("418", 1), "submitit-slurm")
+    monkeypatch.setenv("MASTER_PORT", "29511")
+    assert E.detect_rank_env().master_port == 40902  # submitit read MASTER_PORT itself (here: the stand-in's)

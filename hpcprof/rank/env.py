@@ -24,14 +24,17 @@ from .. import __version__
 from ..rundir.manifest import Versions
 
 SLURM_PORT_BASE = 20000
-"""Lowest rendezvous port of an srun-launched job (below Linux's ephemeral range, 32768-60999, for
-most job ids)."""
-SLURM_PORT_SPAN = 40000
-"""Ports used: SLURM_PORT_BASE .. SLURM_PORT_BASE + SLURM_PORT_SPAN - 1."""
+"""Lowest rendezvous port of a job (srun- or submitit-launched)."""
+SLURM_PORT_SPAN = 12000
+"""Ports used: SLURM_PORT_BASE .. SLURM_PORT_BASE + SLURM_PORT_SPAN - 1 (20000-31999), below
+Linux's ephemeral range (32768-60999 by default), from which the kernel picks the local port of
+every outgoing connection: a rendezvous port in that range can be held by any client socket on the
+master node, and rank 0 then fails with EADDRINUSE. submitit's own choice (a port drawn from the job
+id in 20000-60000) lands there 70% of the time: a full-suite run failed on it (job 18, port 40902)."""
 SLURM_PORTS_PER_JOB = 4
 """Consecutive ports per job id, one per start modulo 4 (SLURM_RESTART_COUNT): a requeued job's rank
 0 listens on another port than the previous start's rank 0, which may still be dying or leave the
-port in TIME_WAIT on the same node. Jobs whose ids differ by less than SPAN / PORTS_PER_JOB (10,000)
+port in TIME_WAIT on the same node. Jobs whose ids differ by less than SPAN / PORTS_PER_JOB (3,000)
 never share a port."""
 
 
@@ -89,7 +92,8 @@ def first_slurm_host(nodelist: str) -> str:
 
 def slurm_port(job_id: str, restart: int = 0) -> int:
     """A rendezvous port derived from the job id and the start (SLURM_RESTART_COUNT: 0, then one
-    more per requeue), the same on every node of that start of the job."""
+    more per requeue), the same on every node of that start of the job; outside the ephemeral range
+    (SLURM_PORT_SPAN). Used for srun and submitit launches alike; MASTER_PORT, where set, wins."""
     digits = "".join(c for c in str(job_id) if c.isdigit()) or "0"
     slot = int(digits) % (SLURM_PORT_SPAN // SLURM_PORTS_PER_JOB)
     return SLURM_PORT_BASE + slot * SLURM_PORTS_PER_JOB + restart % SLURM_PORTS_PER_JOB
@@ -103,13 +107,15 @@ def detect_rank_env() -> RankEnv:
 
         job_env = submitit.JobEnvironment()
         tde = TorchDistributedEnvironment()
+        restart = int(env.get("SLURM_RESTART_COUNT") or 0)
         return RankEnv(
             rank=tde.rank,
             world_size=tde.world_size,
             local_rank=tde.local_rank,
             local_world_size=tde.local_world_size,
             master_addr=tde.master_addr,
-            master_port=tde.master_port,
+            # submitit draws its port from 20000-60000, mostly in the ephemeral range (see SLURM_PORT_SPAN)
+            master_port=tde.master_port if env.get("MASTER_PORT") else slurm_port(str(job_env.job_id), restart),
             launcher=f"submitit-{job_env.cluster}",
             job_id=str(job_env.job_id),
             slurm=slurm_vars(),
@@ -136,7 +142,8 @@ def detect_rank_env() -> RankEnv:
             local_rank=int(env.get("SLURM_LOCALID", 0)),
             local_world_size=max(1, ntasks // max(nodes, 1)),
             master_addr=first_slurm_host(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "localhost"))),
-            master_port=slurm_port(job_id, int(env.get("SLURM_RESTART_COUNT") or 0)),
+            master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT")
+            else slurm_port(job_id, int(env.get("SLURM_RESTART_COUNT") or 0)),
             launcher="srun",
             job_id=job_id,
             slurm=slurm_vars(),
