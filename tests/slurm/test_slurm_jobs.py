@@ -118,9 +118,17 @@ def preempt_when_running(cluster, run: Path, job_id=None, alive=lambda: True, ti
     raise AssertionError(f"job {job} was never requeued after SIGUSR2 (squeue: {_squeue(cluster, job)!r})")
 
 
+CREDENTIAL_SECOND_S = 2.0
+"""slurmd refuses a job whose credential was created in the same second as the job's last kill (it
+compares whole seconds: "Job credential revoked", slurmd "Job 22 already killed, do not launch batch
+job", the job ends FAILED). Released 0.26 s after its requeue, the sbatch preemption test hit that
+in full-suite runs (3 times in 2 days); SLURM's own 2-minute hold never does."""
+
+
 def _wait_previous_start_gone(cluster, job: str, timeout: float = 60) -> None:
     """Until no node is COMPLETING and no slurmstepd of the job (``slurmstepd: [<job>.batch]``,
-    ``[<job>.0]``) is left: the state a requeued job finds at the end of SLURM's 2-minute hold."""
+    ``[<job>.0]``) is left, and CREDENTIAL_SECOND_S more: the state a requeued job finds at the end
+    of SLURM's 2-minute hold."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], env=cluster.env, capture_output=True,
@@ -128,6 +136,7 @@ def _wait_previous_start_gone(cluster, job: str, timeout: float = 60) -> None:
         steps = [p for p in (e for e in os.listdir("/proc") if e.isdigit())
                  if _cmdline(p).startswith(f"slurmstepd: [{job}.")]
         if nodes and not any(n.startswith("comp") for n in nodes) and not steps:
+            time.sleep(CREDENTIAL_SECOND_S)
             return
         time.sleep(0.2)
     raise AssertionError(f"job {job}'s previous start still tearing down after {timeout:.0f} s "
