@@ -99,6 +99,14 @@ def slurm_port(job_id: str, restart: int = 0) -> int:
     return SLURM_PORT_BASE + slot * SLURM_PORTS_PER_JOB + restart % SLURM_PORTS_PER_JOB
 
 
+def job_port(job_id: str, env) -> int:
+    """The rendezvous port of this start of a SLURM or submitit job: MASTER_PORT where the user set
+    it, else slurm_port of the job id and SLURM_RESTART_COUNT."""
+    if env.get("MASTER_PORT"):
+        return int(env["MASTER_PORT"])
+    return slurm_port(job_id, int(env.get("SLURM_RESTART_COUNT") or 0))
+
+
 def detect_rank_env() -> RankEnv:
     env = os.environ
     if "SUBMITIT_FOLDER" in env:
@@ -107,7 +115,6 @@ def detect_rank_env() -> RankEnv:
 
         job_env = submitit.JobEnvironment()
         tde = TorchDistributedEnvironment()
-        restart = int(env.get("SLURM_RESTART_COUNT") or 0)
         return RankEnv(
             rank=tde.rank,
             world_size=tde.world_size,
@@ -115,7 +122,7 @@ def detect_rank_env() -> RankEnv:
             local_world_size=tde.local_world_size,
             master_addr=tde.master_addr,
             # submitit draws its port from 20000-60000, mostly in the ephemeral range (see SLURM_PORT_SPAN)
-            master_port=tde.master_port if env.get("MASTER_PORT") else slurm_port(str(job_env.job_id), restart),
+            master_port=job_port(str(job_env.job_id), env),
             launcher=f"submitit-{job_env.cluster}",
             job_id=str(job_env.job_id),
             slurm=slurm_vars(),
@@ -142,8 +149,7 @@ def detect_rank_env() -> RankEnv:
             local_rank=int(env.get("SLURM_LOCALID", 0)),
             local_world_size=max(1, ntasks // max(nodes, 1)),
             master_addr=first_slurm_host(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "localhost"))),
-            master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT")
-            else slurm_port(job_id, int(env.get("SLURM_RESTART_COUNT") or 0)),
+            master_port=job_port(job_id, env),
             launcher="srun",
             job_id=job_id,
             slurm=slurm_vars(),
