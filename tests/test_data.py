@@ -28,10 +28,35 @@ def test_fakedata_uint8_is_normalised_on_device_like_cpu_path():
     model = Model(image_size=32, num_classes=10)
     cpu_norm = BatchSource(Data(source="fakedata", batch_size=4, dataset_size=8), model, CPU, 0, 1, seed=0)
     dev_norm = BatchSource(Data(source="fakedata", batch_size=4, dataset_size=8, uint8_on_device=True), model, CPU, 0, 1, seed=0)
-    (a, ya), (b, yb) = next(cpu_norm), next(dev_norm)
+    (a, ya), (b, yb) = cpu_norm.to_device(next(cpu_norm)), dev_norm.to_device(next(dev_norm))
     assert a.dtype == b.dtype == torch.float32
     assert torch.equal(ya, yb)
     assert torch.allclose(a, b, atol=1e-5)  # same images, normalised on the CPU vs on the device
+
+
+def test_uint8_images_go_channels_last_before_conversion_and_stay_so(monkeypatch):
+    """Issue 18 item 19: the uint8 rung converts to channels_last while the images are 1 byte per
+    value (the other order copied a float tensor, 4x the bytes); the normalised result keeps the
+    format and equals the CPU-normalised images."""
+    model = Model(image_size=32, num_classes=10, channels_last=True)
+    cpu_norm = BatchSource(Data(source="fakedata", batch_size=4, dataset_size=8), model, CPU, 0, 1, seed=0)
+    dev_norm = BatchSource(Data(source="fakedata", batch_size=4, dataset_size=8, uint8_on_device=True), model, CPU, 0, 1, seed=0)
+    raw = next(dev_norm)
+    assert raw[0].dtype == torch.uint8  # the loader's batch, before the copy region
+    formats = []
+    original = torch.Tensor.contiguous
+
+    def spy(self, *args, **kwargs):
+        formats.append(self.dtype)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "contiguous", spy)
+    b, _ = dev_norm.to_device(raw)
+    monkeypatch.undo()
+    assert formats == [torch.uint8]  # the channels_last copy was made of the uint8 images
+    assert b.dtype == torch.float32 and b.is_contiguous(memory_format=torch.channels_last)
+    a, _ = cpu_norm.to_device(next(cpu_norm))
+    assert torch.allclose(a, b, atol=1e-5)
 
 
 def test_sampler_splits_dataset_between_ranks_and_advances_epochs():
@@ -54,7 +79,7 @@ def test_imagefolder_source(tmp_path):
         for i in range(4):
             Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(tmp_path / cls / f"{i}.png")
     src = BatchSource(Data(source="imagefolder", path=str(tmp_path), batch_size=3), Model(image_size=32, num_classes=2), CPU, 0, 1, seed=0)
-    x, y = next(src)
+    x, y = src.to_device(next(src))
     assert x.shape == (3, 3, 32, 32) and set(y.tolist()) <= {0, 1}
     assert abs(float(x.mean())) < 3  # normalised
 

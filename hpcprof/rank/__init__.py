@@ -1,9 +1,13 @@
 """The rank side: what every rank of the training job runs.
 
-env.py (who am I, process group, device), trainer.py (setup/step/state_dict, the step loop),
-data.py, model.py, profiling.py (torch.profiler, one trace per rank), preemption.py (agree, checkpoint,
-requeue), drills.py (known faults on purpose), failures.py (the failure note), task.py (the submitit
-task), entry.py (``run_rank`` and ``python -m hpcprof.train``).
+session.py (the step-loop API: ``hpcprof.run()``, used by the built-in trainer and by users'
+training code alike), timing.py (host and GPU-clock step timing), control.py (non-blocking control
+rounds: preemption agreement), env.py (who am I, process group), device.py (device, mixed precision
+and NCCL settings, as pure decisions), resnet.py, data.py, model.py (the built-in ResNet workload),
+workload.py (which workload runs: built-in, a user's function or script), profiling.py
+(torch.profiler, one trace per rank), preemption.py (requeue), drills.py (known faults on purpose),
+failures.py (the failure note, the peer watch), task.py (the submitit task), entry.py (``run_rank``
+and ``python -m hpcprof.train``).
 
 Nothing here is imported by the analysis side, and nothing here imports it.
 """

@@ -1,5 +1,10 @@
 """Batches for the step loop: synthetic on the device, torchvision FakeData, or an ImageFolder, with a
-DistributedSampler whose epoch is set at each pass."""
+DistributedSampler whose epoch is set at each pass.
+
+Getting a batch (:meth:`BatchSource.__next__`, the step's ``data`` region: the input pipeline
+alone) and moving it to the device (:meth:`BatchSource.to_device`, the ``copy`` region) are two
+steps: on a GPU a copy from pageable memory waits for the GPU to finish the previous step's work, so
+timing both as "data" would blame the input pipeline for a GPU-bound step."""
 
 from __future__ import annotations
 
@@ -83,6 +88,8 @@ class BatchSource:
         return self
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next batch as the loader gives it (on the host; synthetic batches already live on
+        the device)."""
         if self.loader is None:
             return self._synthetic
         while True:
@@ -90,18 +97,25 @@ class BatchSource:
                 self.sampler.set_epoch(self.epoch)
                 self._it = iter(self.loader)
             try:
-                x, y = next(self._it)
-                break
+                return next(self._it)
             except StopIteration:
                 self.epoch += 1
                 self._it = None
+
+    def to_device(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch on the device, in the model's memory format (uint8 images are normalised there:
+        put in channels_last first, while they are 1 byte per value, then converted, which keeps
+        the format; the other order copied a float tensor of 4x the bytes)."""
+        x, y = batch
+        if self.loader is None:
+            return x, y
         nb = self.data.non_blocking
         x = x.to(self.device, non_blocking=nb)
         y = y.to(self.device, non_blocking=nb)
-        if self.data.uint8_on_device:
-            x = (x.float().div_(255.0) - self._mean) / self._std
         if self.model.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
+        if self.data.uint8_on_device:
+            x = (x.float().div_(255.0) - self._mean) / self._std
         return x, y
 
     @property

@@ -1,6 +1,7 @@
 """Rank-side drills: known faults injected on purpose so that the analysis can be checked against an
 answer known in advance. The spec's [drills] section says which rank does what; the manifest records
-the same drills for the analysis (hpcprof.rundir.manifest.Drills)."""
+the same drills for the analysis (hpcprof.rundir.manifest.Drills). They act inside the step loop
+(hpcprof.rank.session), so they work alike for the built-in trainer and for users' training code."""
 
 from __future__ import annotations
 
@@ -16,20 +17,26 @@ class DrillCrash(RuntimeError):
 
 @dataclass(frozen=True)
 class RankDrills:
-    """What this rank injects: a host-side sleep before each forward pass, a crash at one step, a
-    shift of its trace timestamps (clock skew of its node: hpcprof.rank.clock_skew)."""
+    """What this rank injects: a host-side sleep before its step's work (between getting the batch
+    and handing it to the training code), a crash at one step, a shift of its trace timestamps
+    (clock skew of its node: hpcprof.rank.clock_skew)."""
 
     rank: int
     sleep_s: float = 0.0
     sleep_every: int = 1
+    sleep_from: int = 0
+    """First step the straggler drill may act in."""
+    sleep_to: int | None = None
+    """Last step it may act in (None: to the end)."""
     crash_step: int | None = None
     clock_skew_ms: float = 0.0
 
     @classmethod
     def for_rank(cls, drills: Drills, rank: int, node: str | None = None) -> "RankDrills":
-        s, c, k = drills.straggler_drill, drills.crash_rank_step, drills.clock_skew_node_ms
-        mine = bool(s and s[0] == rank)
-        return cls(rank, s[1] / 1000.0 if mine else 0.0, s[2] if mine else 1, c[1] if c and c[0] == rank else None,
+        s, c, k = drills.straggler_plan, drills.crash_rank_step, drills.clock_skew_node_ms
+        mine = bool(s and s.rank == rank)
+        return cls(rank, s.ms / 1000.0 if mine else 0.0, s.every if mine else 1, s.first if mine else 0,
+                   s.last if mine else None, c[1] if c and c[0] == rank else None,
                    k[1] if k and node is not None and k[0] == node else 0.0)
 
     def before_step(self, step: int) -> None:
@@ -37,11 +44,25 @@ class RankDrills:
             raise DrillCrash(f"hpcprof crash drill: rank {self.rank} raised at step {step} (--inject-crash)")
 
     def sleeps_at(self, step: int) -> bool:
-        """Whether the straggler drill sleeps in global step `step` (every sleep_every-th step)."""
-        return self.sleep_s > 0 and step % self.sleep_every == 0
+        """Whether the straggler drill acts in global step `step` (a multiple of sleep_every inside
+        [sleep_from, sleep_to])."""
+        return (self.sleep_s > 0 and step % self.sleep_every == 0 and step >= self.sleep_from
+                and (self.sleep_to is None or step <= self.sleep_to))
 
-    def straggle(self, step: int) -> None:
+    def straggle(self, step: int, use_cuda: bool) -> float:
         """The straggler drill: an unexplained host-side delay (not inside any region), as a slow
-        input pipeline on one node would cause."""
-        if self.sleeps_at(step):
-            time.sleep(self.sleep_s)
+        input pipeline on one node would cause. Returns the host seconds it took (0 when idle).
+
+        On a GPU a bare host sleep would be absorbed by the host's lead over the device (up to about
+        one ResNet-50 step of queued kernels): the GPU would never see it. So the rank first waits
+        for its GPU queue to drain, then sleeps: the GPU idles for the sleep, as it does behind a
+        host that cannot feed it, and the drill's truth is on the GPU's clock (step records' gpu_ms)."""
+        if not self.sleeps_at(step):
+            return 0.0
+        t = time.perf_counter()
+        if use_cuda:
+            import torch
+
+            torch.cuda.current_stream().synchronize()
+        time.sleep(self.sleep_s)
+        return time.perf_counter() - t

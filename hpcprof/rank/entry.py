@@ -24,24 +24,30 @@ from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args
 LOG_HINT_VAR = "HPCPROF_LOG_HINT"
 
 
-def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> dict[str, Any]:
-    """Train on this rank; returns the trainer's outcome. `log`: this rank's log file, named in the
-    failure note."""
+def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> Any:
+    """Run the spec's workload on this rank (the built-in trainer or the user's code, which find the
+    spec and the run directory through hpcprof.rank.session.LAUNCH); returns what it returns.
+    `log`: this rank's log file, named in the failure note. An error outside the step loop's session
+    (user code failing before ``hpcprof.run()``, say) gets its failure note here."""
+    from . import session
     from .env import detect_rank_env
     from .failures import FailureContext
-    from .trainer import Trainer
+    from .workload import run_workload
 
     run = RunDir(run_root)
     run.ensure_layout()
-    renv = detect_rank_env()
-    failure = FailureContext(run, renv.rank, renv.node, log)
+    session.LAUNCH = session.LaunchContext(spec, str(run.root), log)
     try:
-        return Trainer(spec, run, renv, failure).setup().fit()
+        return run_workload(spec)
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as exc:
-        failure.record(exc)
+        if not FailureContext.was_recorded(exc):
+            renv = detect_rank_env()
+            FailureContext(run, renv.rank, renv.node, log).record(exc)
         raise
+    finally:
+        session.LAUNCH = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
 
         renv = detect_rank_env()
         spec.validate(world_size=renv.world_size)
-        name = spec.name or f"{spec.model.arch}-job{renv.job_id or os.getpid()}"
+        label = spec.model.arch if spec.workload.builtin else spec.workload.label
+        name = spec.name or f"{label}-job{renv.job_id or os.getpid()}"
         run = RunDir.for_spec(spec, name)
     except (SpecError, RunDirError) as exc:
         print(f"hpcprof.train: error: {exc}", file=sys.stderr)

@@ -163,28 +163,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_process_group(renv: RankEnv, backend: str, timeout_s: int):
-    """Initialise the default process group; returns it. `timeout_s` bounds waits on dead peers."""
+def init_process_group(renv: RankEnv, backend: str, timeout_s: int, device: torch.device | None = None):
+    """Initialise the default process group; returns it. `timeout_s` bounds waits on dead peers.
+
+    On NCCL the rank's device is passed as ``device_id``: NCCL then binds the communicator to it at
+    once, and the first ``barrier()`` (before any collective has told NCCL the device, on torch up
+    to 2.5) cannot pick GPU 0 on every rank. PyTorch's own TORCH_NCCL_ASYNC_ERROR_HANDLING default
+    (3) is kept; the flight recorder and NCCL_DEBUG come from hpcprof.rank.device.nccl_environment."""
     import torch.distributed as dist
 
     renv.export()
-    if backend == "nccl":
-        # Let a dead peer abort the job after the timeout instead of hanging forever.
-        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    kwargs = {"device_id": device} if backend == "nccl" and device is not None and device.type == "cuda" else {}
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
     return dist.group.WORLD
 
 
 # ------------------------------------------------------------------ what this rank runs on
-def device_for(renv: RankEnv) -> torch.device:
-    """One GPU per rank (local rank modulo the visible GPUs), else the CPU."""
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        index = renv.local_rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
-
-
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
 

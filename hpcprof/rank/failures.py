@@ -1,25 +1,63 @@
 """The failure note of a rank (failures/rank-<r>.json): which rank failed, at which step, why, and where
 its log is, so that the launcher can name the first rank that failed rather than the ones that
-stopped after it.
+stopped after it; and the watch that stops a rank within seconds once a peer has failed.
 
 The context travels as one explicit object: the launcher side says where the rank's log is when it
-builds it, the trainer moves ``step`` forward, and :meth:`FailureContext.record` writes the note."""
+builds it, the step loop moves ``step`` forward, and :meth:`FailureContext.record` writes the note.
+
+Classification (:func:`classify`) is by the kind of error, not by whether its text mentions NCCL: a
+rank whose own NCCL or network operation failed (``ncclSystemError``, ``ncclInternalError``, an
+InfiniBand error) is a root cause, as is any error of the training code (CUDA out of memory, a bug);
+a rank that only saw a peer go away (connection closed or reset, NCCL's ``ncclRemoteError``,
+a collective that timed out waiting, or hpcprof's peer watch) is a peer failure.
+
+A rank that dies in native code (the NCCL watchdog's ``abort()``, a segmentation fault) cannot write
+a note; :func:`enable_fatal_log` makes Python's faulthandler write the signal and every thread's
+stack to ``failures/rank-<r>.fatal.txt`` instead, which the launcher reads to say how it died
+(hpcprof.launch.outcome.first_failure).
+"""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import threading
 import time
 import traceback
 from dataclasses import dataclass
-
-import torch.distributed as dist
+from typing import Callable
 
 from ..rundir import FailureNote, RunDir, atomic_write_text
 from .drills import DrillCrash
 
-# Errors that a rank sees when another rank died first.
-PEER_FAILURE_TEXTS = ("Connection closed", "Connection reset", "Broken pipe", "timed out", "Timeout", "NCCL")
+# (kind, peer_failure, texts): the first entry whose text occurs in "<type>: <message>" wins.
+_KINDS: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
+    ("peer_stopped", True, ("hpcprof: stopped because rank",)),
+    ("nccl_remote", True, ("ncclRemoteError", "remote process exited", "Remote process exited")),
+    ("nccl", False, ("ncclSystemError", "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage",
+                     "ncclInvalidArgument", "NET/IB", "NET/Socket", "unhandled system error", "unhandled cuda error")),
+    ("oom", False, ("CUDA out of memory", "OutOfMemoryError")),
+    ("peer_timeout", True, ("Watchdog caught collective operation timeout", "timed out", "Timeout", "DistStoreError")),
+    ("peer_closed", True, ("Connection closed", "Connection reset", "Broken pipe", "Socket Timeout",
+                           "connection refused", "Connection refused")),
+)
+
+
+def classify(exc: BaseException) -> tuple[str, bool]:
+    """(kind, peer_failure) of an exception a rank raised (see the module docstring). Kinds: drill,
+    peer_stopped, nccl_remote, nccl, oom, peer_timeout, peer_closed, error."""
+    if isinstance(exc, DrillCrash):
+        return "drill", False
+    text = f"{type(exc).__name__}: {exc}"
+    for kind, peer, needles in _KINDS:
+        if any(n in text for n in needles):
+            return kind, peer
+    return "error", False
+
+
+class PeerStopped(RuntimeError):
+    """This rank stops because another rank failed first (its note names the rank and the step)."""
 
 
 @dataclass
@@ -30,7 +68,7 @@ class FailureContext:
     log: str | None = None
     """This rank's log file (submitit's stderr path, or the sbatch script's per-task log)."""
     step: int | None = None
-    """The step being run; None before the step loop. Set by the trainer."""
+    """The step being run; None before the step loop. Set by the step loop."""
 
     @staticmethod
     def log_for_rank(template: str | None, rank: int) -> str | None:
@@ -38,23 +76,122 @@ class FailureContext:
         return template.replace("%t", str(rank)) if template else None
 
     def note(self, exc: BaseException) -> FailureNote:
-        text = f"{type(exc).__name__}: {exc}"
-        peer = isinstance(exc, getattr(dist, "DistError", ())) or any(s in text for s in PEER_FAILURE_TEXTS)
+        kind, peer = classify(exc)
         return FailureNote(
             rank=self.rank,
             node=self.node,
             pid=os.getpid(),
             step=self.step,
             time=time.time(),
-            error=text[:2000],
-            peer_failure=bool(peer) and not isinstance(exc, DrillCrash),
-            traceback=traceback.format_exc()[-8000:],
+            error=f"{type(exc).__name__}: {exc}"[:2000],
+            peer_failure=peer,
+            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
             log=self.log,
+            kind=kind,
         )
 
+    @staticmethod
+    def was_recorded(exc: BaseException) -> bool:
+        """Whether a note was written for this exception already (by the step loop's session)."""
+        return bool(getattr(exc, "__hpcprof_noted__", False))
+
     def record(self, exc: BaseException) -> None:
-        """Write the note; a failure to write it never hides the original error."""
+        """Write the note (once per exception); a failure to write it never hides the original error."""
+        if self.was_recorded(exc):
+            return
+        try:
+            exc.__hpcprof_noted__ = True  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
         try:
             atomic_write_text(self.run.failure_path(self.rank), json.dumps(self.note(exc).to_dict(), indent=2))
         except OSError:
             pass
+
+
+FATAL_SUFFIX = ".fatal.txt"
+
+
+def fatal_log_path(run: RunDir, rank: int):
+    """failures/rank-<r>.fatal.txt: what faulthandler wrote when the rank died in native code."""
+    return run.failure_path(rank).with_name(f"rank-{rank}{FATAL_SUFFIX}")
+
+
+def enable_fatal_log(run: RunDir, rank: int):
+    """Let faulthandler write a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) and every
+    thread's Python stack to failures/rank-<r>.fatal.txt. Returns the open file (kept open for the
+    life of the process; an empty file is removed at a clean end by :func:`disable_fatal_log`)."""
+    path = fatal_log_path(run, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "w")
+    faulthandler.enable(file=fh, all_threads=True)
+    return fh
+
+
+def disable_fatal_log(fh) -> None:
+    faulthandler.disable()
+    try:
+        name = fh.name
+        fh.close()
+        if os.path.getsize(name) == 0:
+            os.unlink(name)
+    except OSError:
+        pass
+
+
+class PeerWatch:
+    """A daemon thread that reads failures/ once a second; when another rank has left a note that is
+    not a peer failure (the root cause), and this rank is still running `grace_s` later, it writes
+    this rank's note (kind peer_stopped) and ends the process.
+
+    Why: on NCCL a rank waiting in a collective for a dead peer notices nothing until the process
+    group's timeout (minutes), and only srun --kill-on-bad-exit or torchrun's agent kill it earlier;
+    under submitit's local executor, a plain srun, or a launcher of the user's, nobody does. On gloo
+    the closed connection usually stops the rank first; then the watch has nothing to do."""
+
+    def __init__(self, failure: FailureContext, on_stop: Callable[[], None] | None = None,
+                 interval_s: float = 1.0, grace_s: float = 3.0):
+        self.failure = failure
+        self.on_stop = on_stop
+        self.interval_s = interval_s
+        self.grace_s = grace_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hpcprof-peer-watch", daemon=True)
+
+    def start(self) -> "PeerWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def root_failure(self) -> dict | None:
+        """The earliest note of another rank that is not a peer failure, or None."""
+        for note in self.failure.run.read_failures():
+            if note.get("rank") != self.failure.rank and not note.get("peer_failure"):
+                return note
+        return None
+
+    def _run(self) -> None:
+        seen_at = None
+        while not self._stop.wait(self.interval_s):
+            try:
+                root = self.root_failure()
+            except Exception:  # a half-written folder on a slow file system: look again
+                continue
+            if root is None:
+                continue
+            seen_at = seen_at or time.time()
+            if time.time() - seen_at < self.grace_s:
+                continue
+            if self._stop.is_set():
+                return
+            exc = PeerStopped(f"hpcprof: stopped because rank {root.get('rank')} failed at step {root.get('step')} "
+                              f"({str(root.get('error'))[:200]}); this rank was still running {self.grace_s:.0f} s later")
+            self.failure.record(exc)
+            if self.on_stop is not None:
+                try:
+                    self.on_stop()
+                except Exception:
+                    pass
+            os._exit(1)

@@ -4,6 +4,8 @@ equal to the job's global step numbers (also after a requeue)."""
 
 from __future__ import annotations
 
+import time
+
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from ..rundir import RunDir, temporary_then_rename
@@ -11,10 +13,22 @@ from ..spec import Profiler
 from .clock_skew import skew_trace_file
 
 
+def write_memory_snapshot(run: RunDir, rank: int) -> None:
+    """memory/rank-<r>.pickle: the CUDA caching allocator's history (profiler.memory_snapshot), for
+    https://pytorch.org/memory_viz."""
+    import torch
+
+    path = run.root / "memory" / f"rank-{rank}.pickle"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.cuda.memory._dump_snapshot(str(path))
+
+
 class NullProfiler:
     """Stands in when profiling is off; same interface as the parts of torch.profiler we use."""
 
     step_num = 0
+    export_s = 0.0
+    cycles_written = 0
 
     def __enter__(self):
         return self
@@ -36,6 +50,13 @@ class RankProfiler:
         self.cfg, self.run, self.rank = cfg, run, rank
         self.clock_skew_ms = clock_skew_ms  # the clock-skew drill: timestamps shifted before the rename
         self.cycles_written = 0
+        self.export_s = 0.0
+        """Host seconds spent writing traces so far (the step loop reads the increase per step)."""
+        self.memory_snapshot = bool(cfg.memory_snapshot and use_cuda)
+        if self.memory_snapshot:
+            import torch
+
+            torch.cuda.memory._record_memory_history(max_entries=100_000)
         self._schedule = schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
         self.prof = profile(
@@ -57,6 +78,7 @@ class RankProfiler:
         return step // period
 
     def _write_trace(self, prof) -> None:
+        t = time.perf_counter()
         last_step = prof.step_num - 1
         cycle = self._cycle_of(last_step)
         final = self.run.trace_path(self.rank, cycle)
@@ -65,6 +87,9 @@ class RankProfiler:
             if self.clock_skew_ms:
                 skew_trace_file(tmp, self.clock_skew_ms)
         self.cycles_written += 1
+        if self.memory_snapshot and self.cycles_written == 1:
+            write_memory_snapshot(self.run, self.rank)
+        self.export_s += time.perf_counter() - t
 
     def is_active_step(self, step: int) -> bool:
         from torch.profiler import ProfilerAction

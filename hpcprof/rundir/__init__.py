@@ -30,7 +30,9 @@ from .layout import (
 from .manifest import Attempt, Clock, Drills, Manifest, RankEntry, Versions
 from .records import (
     FAILURE_KEYS,
+    KNOWN_REGIONS,
     REGION_BACKWARD,
+    REGION_COPY,
     REGION_DATA,
     REGION_FORWARD,
     REGION_OPTIMIZER,
@@ -40,6 +42,7 @@ from .records import (
     FailureNote,
     StepRecord,
     StepWriter,
+    region_label,
 )
 
 __all__ = [
@@ -48,6 +51,6 @@ __all__ = [
     "RunDir", "RunDirError", "atomic_write_text", "default_run_name", "rank_from_name", "read_jsonl",
     "temporary_then_rename",
     "Attempt", "Clock", "Drills", "Manifest", "RankEntry", "Versions",
-    "FAILURE_KEYS", "REGION_BACKWARD", "REGION_DATA", "REGION_FORWARD", "REGION_OPTIMIZER", "REGIONS",
-    "STEP_KEYS", "STEP_TIME_KEYS", "FailureNote", "StepRecord", "StepWriter",
+    "FAILURE_KEYS", "KNOWN_REGIONS", "REGION_BACKWARD", "REGION_COPY", "REGION_DATA", "REGION_FORWARD", "REGION_OPTIMIZER", "REGIONS",
+    "STEP_KEYS", "STEP_TIME_KEYS", "FailureNote", "StepRecord", "StepWriter", "region_label",
 ]

@@ -39,6 +39,10 @@ class StragglerDrill:
     """Host-side sleep before the forward pass of that rank."""
     every: int = 1
     """The sleep happens on the steps whose number is a multiple of this (1: every step)."""
+    first_step: int = 0
+    """First step the drill acts in (@FROM)."""
+    last_step: int | None = None
+    """Last step it acts in (@FROM-TO); None: to the end."""
 
 
 @dataclass
@@ -66,9 +70,9 @@ class Drills:
     @classmethod
     def from_spec(cls, drills) -> "Drills":
         """From the spec's [drills] section (hpcprof.spec.Drills)."""
-        s, c = drills.straggler_drill, drills.crash_rank_step
+        s, c = drills.straggler_plan, drills.crash_rank_step
         k = drills.clock_skew_node_ms
-        return cls(StragglerDrill(s[0], s[1], s[2]) if s else None, CrashDrill(c[0], c[1]) if c else None,
+        return cls(StragglerDrill(s.rank, s.ms, s.every, s.first, s.last) if s else None, CrashDrill(c[0], c[1]) if c else None,
                    ClockSkewDrill(k[0], k[1]) if k else None)
 
 

@@ -16,20 +16,42 @@ from typing import Any
 from .layout import atomic_write_text, read_jsonl
 
 # ------------------------------------------------------------------ record_function regions
-REGION_DATA = "hpcprof.data"
-"""Getting the batch from the loader or generator (and issuing its host-to-device copy)."""
-REGION_FORWARD = "hpcprof.forward"
-REGION_BACKWARD = "hpcprof.backward"
-REGION_OPTIMIZER = "hpcprof.optimizer"
-REGIONS = (REGION_DATA, REGION_FORWARD, REGION_BACKWARD, REGION_OPTIMIZER)
-"""The regions of one step, in the order they run, each inside ProfilerStep#<step>."""
+REGION_PREFIX = "hpcprof."
+"""Every region of a step is a ``record_function`` range named ``hpcprof.<name>``."""
+KNOWN_REGIONS = ("data", "copy", "forward", "backward", "optimizer")
+"""The regions the analysis knows, in the order a training step runs them: ``data`` (getting the
+batch from the loader, on the host: the input pipeline alone), ``copy`` (issuing the host-to-device
+copy and on-device preprocessing: on a GPU with pageable memory this waits for the GPU, which is why
+it is not part of ``data``), ``forward``, ``backward``, ``optimizer``. Any other name a user gives
+(``run.region("attention")``) is a user region: traced as ``hpcprof.<name>``, timed in the step
+record's ``regions``, reported by name."""
+REGION_NAME_RE = r"[A-Za-z][A-Za-z0-9_-]{0,63}"
+"""What a region name may be (it becomes part of a trace event name and a table column)."""
+
+
+def region_label(name: str) -> str:
+    """The trace name of region `name` (``hpcprof.<name>``)."""
+    return REGION_PREFIX + name
+
+
+REGION_DATA = region_label("data")
+"""Getting the batch from the loader or generator (the input pipeline; the copy is REGION_COPY)."""
+REGION_COPY = region_label("copy")
+REGION_FORWARD = region_label("forward")
+REGION_BACKWARD = region_label("backward")
+REGION_OPTIMIZER = region_label("optimizer")
+REGIONS = tuple(region_label(n) for n in KNOWN_REGIONS)
+"""The known regions of one step, in the order they run, each inside ProfilerStep#<step>."""
 
 
 # ------------------------------------------------------------------ steps/rank-<r>.jsonl
 @dataclass(slots=True)
 class StepRecord:
-    """One line of steps/rank-<r>.jsonl: host timings of one training step, every step (not only the
-    profiled ones), so the analysis sees the whole run and not just the profiler's window."""
+    """One line of steps/rank-<r>.jsonl: the timings of one training step, every step (not only the
+    profiled ones), so the analysis sees the whole run and not just the profiler's window.
+
+    Host times (``*_s``) are measured with the host clock; on a GPU they are launch times (the host
+    runs ahead of the device), and the step's own time is ``gpu_ms``."""
 
     step: int
     """Global step number; continues across a requeue (equals the ProfilerStep#<n> of the trace)."""
@@ -39,27 +61,41 @@ class StepRecord:
     """Unix seconds (time.time()) when the step began."""
     t_end: float
     step_s: float
-    data_wait_s: float
-    """Time to get the batch from the loader / generator."""
-    host_pre_forward_s: float
-    """Step start -> forward begins: data wait, H2D copy issue, and any drill sleep."""
+    """Host time of the step (on a GPU: the time the host took to issue it)."""
+    data_wait_s: float | None
+    """Time in the ``data`` region: getting the batch from the loader (the input pipeline alone)."""
+    host_pre_forward_s: float | None
+    """Step start -> forward begins: data wait, copy issue, and any drill sleep (null without a
+    forward region)."""
     drill_sleep_s: float
-    forward_s: float
-    backward_s: float
-    optimizer_s: float
-    batch_size: int
-    """Samples per rank in this step."""
+    """Host time the straggler drill added to this step (its sleep, and on a GPU the wait for the
+    device that makes the sleep visible there); 0 when it did not act."""
+    forward_s: float | None
+    backward_s: float | None
+    optimizer_s: float | None
+    batch_size: int | None
+    """Samples per rank in this step (null when the training loop did not say)."""
     profiled: bool
     """The step was an active profiler step."""
     gpu_ms: float | None = None
-    """CUDA-event time of the step on the GPU; None on CPU (filled in when the events are read back)."""
+    """The step's time on the GPU's clock: from its boundary event to the next step's (CUDA events,
+    read back without synchronising), the GPU's own period for the step, idle time included. Null
+    on CPU, and for steps whose events had not completed when a rank failed."""
+    copy_s: float | None = None
+    """Time in the ``copy`` region: issuing the host-to-device copy (and on-device preprocessing)."""
+    regions: dict = dataclasses.field(default_factory=dict)
+    """Host seconds in each user-named region of the step ({name: s}; the known regions have their
+    own fields)."""
+    trace_export_s: float = 0.0
+    """Host time the profiler spent right after this step writing a trace (the end of a profiling
+    window); 0 in every other step. This step and the next are not steady state."""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in STEP_KEYS}
 
 
 STEP_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepRecord))
-STEP_TIME_KEYS: tuple[str, ...] = tuple(k for k in STEP_KEYS if k.endswith("_s"))
+STEP_TIME_KEYS: tuple[str, ...] = tuple(k for k in STEP_KEYS if k.endswith("_s") and k != "trace_export_s")
 """The host timings of a step record, in seconds (the analysis reports them in ms)."""
 
 
@@ -100,6 +136,11 @@ class FailureNote:
     traceback: str
     log: str | None
     """This rank's log file, when the launcher said where it is."""
+    kind: str = "error"
+    """What kind of failure (hpcprof.rank.failures.classify): error (the training code's own),
+    oom, nccl (this rank's NCCL or network operation failed), drill (--inject-crash) are root
+    causes; peer_closed, peer_timeout, nccl_remote, peer_stopped are consequences of another rank's
+    failure (peer_failure true)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -29,7 +29,7 @@ from .toml import to_toml
 Cluster = Literal["auto", "slurm", "local", "debug"]
 Arch = Literal["resnet18", "resnet34", "resnet50", "resnet101"]
 DataSource = Literal["synthetic", "fakedata", "imagefolder"]
-AmpMode = Literal["off", "bf16", "fp16"]
+AmpMode = Literal["off", "auto", "bf16", "fp16"]
 
 CLUSTERS: tuple[str, ...] = typing.get_args(Cluster)
 ARCHS: tuple[str, ...] = typing.get_args(Arch)
@@ -63,7 +63,13 @@ class Model:
     compile: bool = False
     """Wrap the model in torch.compile."""
     amp: AmpMode = "off"
-    """Automatic mixed precision: "off", "bf16" (autocast), or "fp16" (autocast with GradScaler)."""
+    """Automatic mixed precision: "off", "bf16" (autocast), "fp16" (autocast with GradScaler), or
+    "auto": bf16 on GPUs of compute capability 8.0+ (A100, H100), fp16 with GradScaler below (V100,
+    whose bf16 convolutions fall back to slow kernels), off on CPU. "bf16" on a GPU below 8.0 is
+    refused with that reason."""
+    cudnn_benchmark: bool = True
+    """torch.backends.cudnn.benchmark: let cuDNN time its convolution algorithms on the first steps
+    and keep the fastest (fixed input shapes, as here). GPU only."""
 
 
 @dataclass
@@ -122,8 +128,13 @@ class Train:
     seed: int = 0
     """Random seed (model init and synthetic data)."""
     pg_timeout_s: int = 300
-    """Process-group timeout in seconds: a rank waiting longer than this for a dead or stuck peer
-    fails instead of hanging until the job's time limit."""
+    """Process-group timeout in seconds (the training group and the CPU control group alike): a rank
+    waiting longer than this for a dead or stuck peer fails instead of hanging until the job's time
+    limit. A rank whose peer left a failure note stops within seconds anyway (hpcprof watches the
+    run directory's failures/)."""
+    gradient_as_bucket_view: bool = True
+    """DDP's gradient_as_bucket_view: gradients are views into the all-reduce buckets (no copy in and
+    out of the buckets, less memory)."""
 
 
 @dataclass
@@ -149,6 +160,10 @@ class Profiler:
     """Record Python stacks (large traces)."""
     with_flops: bool = False
     """Estimate FLOPs of matrix operators."""
+    memory_snapshot: bool = False
+    """GPU only: record the CUDA caching allocator's history from the start and write a memory
+    snapshot per rank (memory/rank-<r>.pickle, for https://pytorch.org/memory_viz) when the first
+    profiling window ends."""
 
 
 @dataclass
@@ -156,11 +171,13 @@ class Drills:
     """Known faults injected on purpose, to check that the analysis finds them."""
 
     straggler: str = ""
-    """"RANK:MS" or "RANK:MS:EVERY": that rank sleeps MS milliseconds on the host before the
-    forward pass of every step (a slow input pipeline on one node), or only of the steps whose
-    number is a multiple of EVERY. With EVERY = 2 the truth is measured inside one run: the median
-    step time of drilled steps minus that of undrilled ones, so drift between runs cancels.
-    Empty: off."""
+    """"RANK:MS[:EVERY][@FROM[-TO]]": that rank sleeps MS milliseconds on the host before the
+    work of every step (between getting its batch and handing it to the training code: a slow input
+    pipeline on one node), or only of the steps whose number is a multiple of EVERY, and only from
+    step FROM (to step TO, inclusive) when given: a healthy job that turns slow mid-run. With
+    EVERY = 2 the truth is measured inside one run: each drilled step's time minus that of its
+    undrilled neighbours, so drift between runs cancels. On a GPU the rank first waits for its
+    queue to drain, so the GPU sees the delay. Empty: off."""
     crash: str = ""
     """"RANK:STEP": that rank raises at that step. Empty: off."""
     clock_skew: str = ""
@@ -172,25 +189,34 @@ class Drills:
     @property
     def straggler_rank_ms(self) -> tuple[int, float] | None:
         """The straggler drill as (rank, milliseconds), or None when off."""
-        d = self.straggler_drill
-        return (d[0], d[1]) if d else None
+        d = self.straggler_plan
+        return (d.rank, d.ms) if d else None
 
     @property
     def straggler_drill(self) -> tuple[int, float, int] | None:
         """The straggler drill as (rank, milliseconds, every), or None when off (every = 1: each step)."""
+        d = self.straggler_plan
+        return (d.rank, d.ms, d.every) if d else None
+
+    @property
+    def straggler_plan(self) -> "StragglerPlan | None":
+        """The straggler drill, parsed, or None when off."""
         if not self.straggler:
             return None
-        m = re.fullmatch(r"\s*(\d+)\s*:\s*([0-9.]+)\s*(?::\s*(\d+)\s*)?", str(self.straggler))
-        try:
-            if not m:
-                raise ValueError
-            rank, ms, every = int(m.group(1)), float(m.group(2)), int(m.group(3) or 1)
-        except ValueError:
-            raise SpecError(f"drills.straggler must look like RANK:MS or RANK:MS:EVERY (e.g. 2:50 or 1:60:2), "
-                            f"got {self.straggler!r}") from None
+        m = re.fullmatch(r"\s*(\d+)\s*:\s*([0-9]+(?:\.[0-9]*)?)\s*(?::\s*(\d+)\s*)?(?:@\s*(\d+)\s*(?:-\s*(\d+)\s*)?)?",
+                         str(self.straggler))
+        if not m:
+            raise SpecError(f"drills.straggler must look like RANK:MS[:EVERY][@FROM[-TO]] (e.g. 2:50, 1:60:2 or "
+                            f"1:60@120-160), got {self.straggler!r}")
+        rank, ms, every = int(m.group(1)), float(m.group(2)), int(m.group(3) or 1)
+        first, last = int(m.group(4) or 0), (int(m.group(5)) if m.group(5) else None)
         if every < 1:
             raise SpecError(f"drills.straggler: EVERY must be >= 1 (1: every step), got {every}")
-        return rank, ms, every
+        if not 0 < ms <= 600_000:
+            raise SpecError(f"drills.straggler: MS must be > 0 and at most 600000 (10 minutes), got {m.group(2)}")
+        if last is not None and last < first:
+            raise SpecError(f"drills.straggler: the step range @{first}-{last} is empty (TO < FROM)")
+        return StragglerPlan(rank, ms, every, first, last)
 
     @property
     def clock_skew_node_ms(self) -> tuple[str, float] | None:
@@ -208,6 +234,51 @@ class Drills:
         return _parse_pair(self.crash, "drills.crash", "RANK:STEP", int) if self.crash else None
 
 
+@dataclass(frozen=True)
+class StragglerPlan:
+    """The straggler drill, parsed (hpcprof.spec.Drills.straggler)."""
+
+    rank: int
+    ms: float
+    every: int = 1
+    first: int = 0
+    """First step it acts in."""
+    last: int | None = None
+    """Last step it acts in (None: to the end of the run)."""
+
+
+@dataclass
+class Workload:
+    """What every rank runs: the built-in ResNet trainer (the [model] and [data] sections), or your
+    own training code, which uses the step-loop API (``hpcprof.run()``, README: "Your own training
+    script") and so gets step records, drills, the profiler and requeue like the built-in trainer."""
+
+    entry: str = ""
+    """Your training function as "package.module:function", called with no arguments on every rank
+    (importable there: installed, or on PYTHONPATH). Empty (with script empty): the built-in trainer."""
+    script: str = ""
+    """Your training script (a .py file), run on every rank as ``python SCRIPT ARGS`` would run it
+    (as __main__, with sys.argv = [SCRIPT, *args]). Every node must see the file."""
+    args: list = field(default_factory=list)
+    """Arguments for the script or the function (its sys.argv[1:]): on the command line, everything
+    after ``--``."""
+
+    @property
+    def builtin(self) -> bool:
+        """The built-in ResNet trainer runs (no entry, no script)."""
+        return not self.entry and not self.script
+
+    @property
+    def label(self) -> str:
+        """A short name for run names: the script's stem, the function's name, or "resnet"."""
+        if self.script:
+            stem = self.script.replace("\\", "/").rsplit("/", 1)[-1]
+            return stem[:-3] if stem.endswith(".py") else stem
+        if self.entry:
+            return self.entry.rsplit(":", 1)[-1]
+        return "resnet"
+
+
 SECTIONS: dict[str, type] = {
     "resources": Resources,
     "model": Model,
@@ -215,6 +286,7 @@ SECTIONS: dict[str, type] = {
     "train": Train,
     "profiler": Profiler,
     "drills": Drills,
+    "workload": Workload,
 }
 
 
@@ -232,6 +304,7 @@ class JobSpec:
     train: Train = field(default_factory=Train)
     profiler: Profiler = field(default_factory=Profiler)
     drills: Drills = field(default_factory=Drills)
+    workload: Workload = field(default_factory=Workload)
 
     # ----------------------------------------------------------------- conversion
     def to_dict(self) -> dict[str, Any]:
@@ -359,6 +432,15 @@ class JobSpec:
             if value < 0:
                 raise SpecError(f"{key}: {value} must be >= 0")
         self.drills.clock_skew_node_ms  # refused here, before anything runs, when malformed
+        w = self.workload
+        if w.entry and w.script:
+            raise SpecError("workload.entry and workload.script are exclusive: give one (--entry or --script)")
+        if w.entry and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", w.entry):
+            raise SpecError(f"workload.entry must look like package.module:function, got {w.entry!r}")
+        if not isinstance(w.args, list) or not all(isinstance(a, str) for a in w.args):
+            raise SpecError("workload.args must be a list of strings")
+        if w.args and w.builtin:
+            raise SpecError("workload.args are for --entry or --script; the built-in trainer takes spec flags")
         crash = self.drills.crash_rank_step
         if crash and crash[1] >= t.steps:
             raise SpecError(f"drills.crash: step {crash[1]} is never reached (train.steps = {t.steps})")

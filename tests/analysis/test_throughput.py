@@ -64,7 +64,9 @@ def test_known_answer_per_rank_and_job():
     steady_steps = [s for s in range(N_STEPS) if s not in (0, 16, 32, 11, 12, *PROFILED)]
     expected = sorted(32 / _steady_s(s) for s in steady_steps)
     r0 = summary["per_rank"][0]
-    assert r0["steps"] == {"total": 40, "warmup": 1, "epoch_boundary": 2, "profiled": 3, "profiler_warmup": 2, "steady": 32}
+    assert r0["steps"] == {"total": 40, "warmup": 1, "epoch_boundary": 2, "trace_export": 0, "profiled": 3,
+                           "profiler_warmup": 2, "steady": 32}
+    assert summary["step_time_source"] == "host_clock"
     assert r0["median_samples_per_s"] == pytest.approx((expected[15] + expected[16]) / 2)
     assert r0["ci95_samples_per_s"] == pytest.approx([expected[9], expected[22]])
     assert r0["profiled_median_samples_per_s"] == pytest.approx(32 / 0.4)
@@ -97,3 +99,50 @@ def test_resumed_attempt_starts_with_warmup_and_no_batch_size_means_unknown():
     c = classify_steps(make_steps(ranks=(0,)), attempt_starts=[25])
     assert c.set_index("step")["phase"][25] == "warmup"
     assert throughput(make_steps().drop(columns="batch_size"))[0] is None
+
+
+def _gpu_run() -> pd.DataFrame:
+    """A CUDA run's records: the host issues every step in 20 ms (it runs ahead of the device), while
+    the GPU's clock says what each step really took (its boundary events): _steady_s, and 60 ms more
+    in the step after the profiler wrote a trace at the end of step 15 (the host stopped for the
+    export; the GPU ran dry)."""
+    d = make_steps(slow=1.0)
+    d["gpu_ms"] = d["step_s"] * 1e3
+    d["step_s"] = 0.020
+    d["trace_export_s"] = [0.06 if s == 15 else 0.0 for s in d["step"]]
+    d["epoch"] = (d["step"] >= 32).astype(int)  # one epoch boundary (32), so step 16 shows the export phase
+    d.loc[d["step"] == 16, "gpu_ms"] = (_steady_s(16) + 0.06) * 1e3
+    return d
+
+
+def test_on_a_gpu_the_step_time_is_the_gpus_clock_and_warm_up_is_two_steps():
+    summary, per_step, job_steps = throughput(_gpu_run(), profiler_warmup=2)
+    assert summary["step_time_source"] == "gpu_clock" and summary["warmup_steps_per_attempt"] == 2
+    steady = [s for s in range(N_STEPS) if s not in (0, 1, 16, 32, 11, 12, *PROFILED)]
+    r0 = summary["per_rank"][0]
+    assert r0["steps"]["warmup"] == 2 and r0["steps"]["trace_export"] == 1 and r0["steps"]["steady"] == len(steady)
+    median_s = pd.Series([_steady_s(s) for s in steady]).median()
+    assert r0["median_samples_per_s"] == pytest.approx(pd.Series([32 / _steady_s(s) for s in steady]).median())
+    assert summary["job"]["median_step_ms"] == pytest.approx(1e3 * median_s)
+    # the host's 20 ms launch time would have said 1,600 samples/s per rank
+    assert r0["median_samples_per_s"] < 400
+
+
+def test_the_step_after_a_trace_export_is_counted_apart():
+    d = make_steps(ranks=(0,))
+    d["trace_export_s"] = [0.15 if s == 15 else 0.0 for s in d["step"]]
+    c = classify_steps(d, profiler_warmup=2).set_index("step")["phase"]
+    assert c[15] == "profiled"  # the export happens after it: its own time is clean
+    assert c[16] == "epoch_boundary"  # first match wins, as documented
+    d["trace_export_s"] = [0.15 if s == 20 else 0.0 for s in d["step"]]
+    c = classify_steps(d).set_index("step")["phase"]
+    assert c[21] == "trace_export" and c[20] == "steady" and c[22] == "steady"
+
+
+def test_gpu_step_stats_keep_the_host_launch_time_apart():
+    from hpcprof.analysis.reduce.step_stats import per_rank_step_stats
+
+    st = per_rank_step_stats(_gpu_run()).set_index("rank")
+    assert st.loc[0, "step_time_source"] == "gpu_clock"
+    assert st.loc[0, "host_step_median_ms"] == pytest.approx(20.0)
+    assert st.loc[0, "step_median_ms"] > 100.0

@@ -50,8 +50,10 @@ def throughput_line(tp: dict | None) -> str:
     n = j["steps"]
     cov = "" if (j.get("ci_coverage") or 0) >= tp["level"] else f", covers {100 * j['ci_coverage']:.0f}% only"
     prof = j.get("profiled_median_samples_per_s")
+    clock = " on the GPU clock" if tp.get("step_time_source") == "gpu_clock" else ""
+    export = f", after a trace export {n['trace_export']}" if n.get("trace_export") else ""
     return (
-        f"throughput: {j['median_samples_per_s']:.1f} samples/s (95% CI {lo:.1f}-{hi:.1f}{cov}) over {n['steady']} steady steps of "
-        f"{n['total']}; left out: warm-up {n['warmup']}, epoch boundary {n['epoch_boundary']}, profiler warm-up "
+        f"throughput: {j['median_samples_per_s']:.1f} samples/s{clock} (95% CI {lo:.1f}-{hi:.1f}{cov}) over {n['steady']} steady "
+        f"steps of {n['total']}; left out: warm-up {n['warmup']}, epoch boundary {n['epoch_boundary']}{export}, profiler warm-up "
         f"{n['profiler_warmup']}, profiled {n['profiled']}" + (f" (those ran at {prof:.1f} samples/s)" if prof is not None else "")
     )

@@ -48,6 +48,13 @@ SECTIONS = (
 )
 
 
+STEP_TIME_SOURCES = {
+    "gpu_clock": "step time on the GPU's clock (CUDA events between step boundaries: the host's own times are launch times)",
+    "host_clock": "step time on the host's clock",
+}
+"""How the report names summary.json's throughput.step_time_source."""
+
+
 def _img(path: Path, alt: str) -> str:
     data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
@@ -123,9 +130,10 @@ def _verdict(s: dict, colls) -> str:
     else:
         items.append("<li>One rank analysed: no cross-rank verdict (stragglers need two ranks or more).</li>")
     thr = (s.get("throughput") or {}).get("job") or {}
+    clock = STEP_TIME_SOURCES.get((s.get("throughput") or {}).get("step_time_source") or "host_clock", "")
     if thr.get("median_samples_per_s"):
         ci = thr.get("ci95_samples_per_s") or [None, None]
-        items.append(f"<li><b>Throughput</b>: {num(thr['median_samples_per_s'])} samples/s (job, median over steady steps"
+        items.append(f"<li><b>Throughput</b>: {num(thr['median_samples_per_s'])} samples/s (job, median over steady steps, {clock}"
                      + (f", 95% interval {num(ci[0])}–{num(ci[1])}" if ci[0] is not None else "") + ")"
                      + (f"; median step {num(step_ms)} ms" if step_ms else "") + ".</li>")
     elif step_ms:
@@ -217,9 +225,15 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     if thr.get("per_rank"):
         rows = [{"rank": r["rank"], "median_samples_per_s": r.get("median_samples_per_s"), "median_step_ms": r.get("median_step_ms"),
                  "steady_steps": (r.get("steps") or {}).get("steady"), "profiled_median_samples_per_s": r.get("profiled_median_samples_per_s")} for r in thr["per_rank"]]
+        body += f"<p>Step times: {esc(STEP_TIME_SOURCES.get(thr.get('step_time_source') or 'host_clock', ''))}.</p>"
         body += table(pd.DataFrame(rows))
     body += _chart("step_heatmap", "Step time per rank and step", plots, omitted)
-    body += table(tables.get("steps_stats"), note="tables/steps_stats.csv", empty="")
+    stats = tables.get("steps_stats")
+    if thr.get("step_time_source") == "gpu_clock":
+        body += ("<p>The region columns below (data, copy, forward, backward, optimizer, and your own regions) are "
+                 "<b>host launch times</b>: how long the host took to issue that work, not how long the GPU ran it "
+                 "(the host runs ahead of the GPU). <code>host_step</code> is the host's time per step.</p>")
+    body += table(stats, note="tables/steps_stats.csv", empty="")
     section("throughput", body)
     if recs:
         section("recommendations", "<ol>" + "".join(f"<li><b>{esc(r['title'])}</b><br>evidence: {esc(r.get('evidence'))}</li>" for r in recs) + "</ol>")

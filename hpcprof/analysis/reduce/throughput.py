@@ -3,13 +3,18 @@
 Why here and why this way:
 - Step time alone misleads when a change alters the batch (the ladder's larger-batch rung makes
   every step slower while the job gets faster), so the speed figure users compare is samples/s,
-  computed per step as ``batch_size / step_s`` from ``steps/rank-<r>.jsonl`` (``batch_size`` is
-  recorded on every step).
+  computed per step as ``batch_size / step time`` from ``steps/rank-<r>.jsonl`` (``batch_size`` is
+  recorded on every step). The step time is the GPU's clock on a CUDA run (``gpu_ms``: the host's
+  ``step_s`` is only how long the host took to issue the step, and the host runs ahead of the GPU),
+  else the host's; the summary names it (``step_time_source``).
 - Only *steady-state* steps describe the configuration. Each step gets exactly one phase, first
   match wins: ``warmup`` (the first ``WARMUP_STEPS`` steps of every attempt: allocator, cuDNN
-  autotuning, compilation, and a resumed job's start), ``epoch_boundary`` (the step that fetched the
-  first batch of a new epoch: a fresh DataLoader iterator starts its workers and refills its
-  prefetch queue, a cost paid once per epoch, not per step), ``profiled`` (an active profiler step),
+  autotuning, compilation, and a resumed job's start; on the GPU's clock ``GPU_WARMUP_STEPS``, since
+  step 1 still fills the GPU queue, rebuilds DDP's buckets and grows the allocator), ``epoch_boundary``
+  (the step that fetched the first batch of a new epoch: a fresh DataLoader iterator starts its
+  workers and refills its prefetch queue, a cost paid once per epoch, not per step), ``trace_export``
+  (the step after the profiler wrote a trace: the host stopped for the export, gzip included, and on
+  a GPU the queue ran dry), ``profiled`` (an active profiler step),
   ``profiler_warmup`` (the profiler's warm-up steps just before the active ones: traced, then
   discarded, so just as slowed), else ``steady``. Excluded steps are counted, and profiled steps get
   their own median so the profiler's overhead is visible rather than mixed in.
@@ -29,10 +34,14 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from .step_stats import GPU_CLOCK, step_seconds, step_time_source
+
 WARMUP_STEPS = 1
-"""Steps at the start of every attempt that are never steady state."""
+"""Steps at the start of every attempt that are never steady state (host clock)."""
+GPU_WARMUP_STEPS = 2
+"""The same on the GPU's clock (step 1: queue fill, DDP's bucket rebuild, allocator growth)."""
 CI_LEVEL = 0.95
-PHASES = ("warmup", "epoch_boundary", "profiled", "profiler_warmup", "steady")
+PHASES = ("warmup", "epoch_boundary", "trace_export", "profiled", "profiler_warmup", "steady")
 """Every step is in exactly one phase; `steps` counts in the summary use these names."""
 
 
@@ -62,9 +71,11 @@ def median_ci(values: Iterable[float], level: float = CI_LEVEL) -> tuple[float |
     return med, float(x[lo_rank - 1]), float(x[hi_rank - 1]), float(coverage)
 
 
-def classify_steps(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts: Iterable[int] = (), warmup_steps: int = WARMUP_STEPS) -> pd.DataFrame:
-    """A copy of the step records (columns rank, step, epoch, step_s, batch_size, profiled) sorted
-    by rank and step, with `phase` (see the module docstring) and `samples_per_s`.
+def classify_steps(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts: Iterable[int] = (), warmup_steps: int | None = None) -> pd.DataFrame:
+    """A copy of the step records (columns rank, step, epoch, step_s, batch_size, profiled; gpu_ms and
+    trace_export_s where recorded) sorted by rank and step, with `step_time_s` (the step time from
+    the run's source: step_stats.step_time_source), `phase` (see the module docstring) and
+    `samples_per_s`.
 
     `attempt_starts`: first steps of resumed attempts (manifest `attempts[].resumed_from_step`); a
     gap in a rank's step numbers starts an attempt too. `profiler_warmup`: the spec's
@@ -73,6 +84,12 @@ def classify_steps(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts
     if missing:
         raise ValueError(f"step records lack {', '.join(missing)}")
     d = steps.sort_values(["rank", "step"]).reset_index(drop=True).copy()
+    source = step_time_source(d)
+    if warmup_steps is None:
+        warmup_steps = GPU_WARMUP_STEPS if source == GPU_CLOCK else WARMUP_STEPS
+    d["step_time_s"] = step_seconds(d, source)
+    exported = (pd.to_numeric(d["trace_export_s"], errors="coerce").fillna(0) > 0).to_numpy() \
+        if "trace_export_s" in d else np.zeros(len(d), dtype=bool)
     starts = set(int(s) for s in attempt_starts if s is not None)
     phase = np.full(len(d), "steady", dtype=object)
     rank = d["rank"].to_numpy()
@@ -88,6 +105,8 @@ def classify_steps(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts
             phase[i] = "warmup"
         elif epoch[i] != epoch[i - 1]:
             phase[i] = "epoch_boundary"
+        elif i > 0 and rank[i - 1] == rank[i] and step[i - 1] == step[i] - 1 and exported[i - 1]:
+            phase[i] = "trace_export"
         elif prof[i]:
             phase[i] = "profiled"
         since_start += 1
@@ -103,20 +122,22 @@ def classify_steps(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts
                 phase[j] = "profiler_warmup"
     d["phase"] = phase
     bs = d["batch_size"].astype(float) if "batch_size" in d else pd.Series(np.nan, index=d.index)
-    d["samples_per_s"] = bs / d["step_s"].astype(float).where(d["step_s"] > 0)
+    d["samples_per_s"] = bs / d["step_time_s"].where(d["step_time_s"] > 0)
+    d.attrs["step_time_source"] = source
     return d
 
 
 def job_steps(classified: pd.DataFrame) -> pd.DataFrame:
-    """Per global step present on every rank: global batch, the slowest rank's step time, the job's
-    samples/s and the step's phase (the first phase in PHASES that any rank had)."""
+    """Per global step present on every rank: global batch, the slowest rank's step time (`step_s`,
+    from the run's step-time source), the job's samples/s and the step's phase (the first phase in
+    PHASES that any rank had)."""
     ranks = classified["rank"].nunique()
     g = classified.groupby("step")
     out = pd.DataFrame(
         {
             "n_ranks": g["rank"].nunique(),
             "global_batch": g["batch_size"].sum() if "batch_size" in classified else np.nan,
-            "step_s": g["step_s"].max(),
+            "step_s": g["step_time_s"].max(),
             "phase": g["phase"].agg(lambda p: min(p, key=PHASES.index)),
         }
     ).reset_index()
@@ -129,9 +150,10 @@ def _stats(d: pd.DataFrame, batch_col: str) -> dict[str, Any]:
     counts = {p: int((d["phase"] == p).sum()) for p in PHASES}
     steady = d[d["phase"] == "steady"]
     med, lo, hi, cov = median_ci(steady["samples_per_s"].dropna())
-    smed, slo, shi, _ = median_ci(steady["step_s"].astype(float) * 1e3)
+    col = "step_time_s" if "step_time_s" in steady else "step_s"
+    smed, slo, shi, _ = median_ci(steady[col].astype(float) * 1e3)
     prof = d[d["phase"] == "profiled"]["samples_per_s"].dropna()
-    tot_t = steady["step_s"].sum()
+    tot_t = steady[col].sum()
     return {
         "median_samples_per_s": med,
         "ci95_samples_per_s": [lo, hi] if med is not None else None,
@@ -159,10 +181,12 @@ def throughput(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts: It
     if "t_start" in d and "t_end" in d and len(d):
         wall = float(d["t_end"].max() - d["t_start"].min())
         job["end_to_end_samples_per_s"] = float(d["batch_size"].sum() / wall) if wall > 0 else None
+    source = d.attrs.get("step_time_source", "host_clock")
     summary = {
         "unit": "samples/s",
         "level": CI_LEVEL,
-        "warmup_steps_per_attempt": WARMUP_STEPS,
+        "step_time_source": source,
+        "warmup_steps_per_attempt": GPU_WARMUP_STEPS if source == GPU_CLOCK else WARMUP_STEPS,
         "job": job,
         "per_rank": per_rank,
     }

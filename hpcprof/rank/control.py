@@ -1,0 +1,127 @@
+"""The control channel: small messages between the ranks over a CPU (gloo) group, that never make a
+healthy rank wait for a slow one.
+
+Why one channel: everything the ranks must agree on during the run (a preemption signal on any
+rank, the step timings the triggered profiler scores) travels in the same rounds. Collectives on a
+group are matched by the order they are issued in, so the schedule of rounds must be the same on
+every rank whatever their speed: one round is issued at every step boundary (an asynchronous
+``all_gather`` of one small float vector per rank), by step number alone.
+
+Nobody waits: a round's result is read at the first step boundary after it completed
+(``Work.is_completed``, polled). Only a round LAG steps old must be read, waiting if needed; in a
+DDP job the ranks are never that far apart (every step synchronises their gradients), so in
+practice no rank ever waits there. Every rank sees the same results in the same order, and by
+step ``r + LAG`` every rank has read round ``r``: a decision taken from round ``r``'s numbers for a
+step at or after ``r + LAG`` is the same on every rank and still in everyone's future.
+
+A preemption: the first round in which any rank's flag shows, issued at step ``r``, stops every rank
+before step ``r + LAG`` (all ranks finish the steps below it). The triggered profiler
+(hpcprof.rank.trigger) schedules its captures the same way.
+
+Payload (float64): ``[preempt_flag, step, *extra]``; ``extra`` is what the triggered profiler adds,
+the same length on every rank.
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+PREEMPT_SIGNAL = signal.SIGUSR2
+"""What SLURM sends before a preemption or the time limit (sbatch --signal), and submitit listens to."""
+LAG = 4
+"""Steps after which a round must have been read (waiting if needed). A preemption takes effect
+LAG steps after the round that carried it; SLURM's warning (USR2, 120 s before) covers that."""
+
+
+class Round:
+    """One completed round: the gathered payload of every rank (rows = ranks)."""
+
+    def __init__(self, rows: torch.Tensor, step: int):
+        self.rows = rows
+        self.step = step
+        """The step boundary at which every rank issued this round."""
+
+    @property
+    def preempt(self) -> bool:
+        return bool(self.rows[:, 0].max().item() > 0)
+
+    def extra(self) -> torch.Tensor:
+        return self.rows[:, 2:]
+
+
+class ControlChannel:
+    """Rounds on the control group, the preemption flag and the agreed stop step.
+
+    ``extra_payload``: a callable returning the ``extra_len`` floats this rank adds to a round (the
+    triggered profiler's timings), or None. ``on_round``: called with every completed
+    :class:`Round`, in order, on every rank."""
+
+    def __init__(self, group, world_size: int, extra_payload: Callable[[], list[float]] | None = None,
+                 extra_len: int = 0, on_round: Callable[[Round], None] | None = None, install_signal: bool = True):
+        self.group = group
+        self.world_size = world_size
+        self.extra_payload = extra_payload
+        self.extra_len = extra_len
+        self.on_round = on_round
+        self.flag = False
+        self.signal_time: float | None = None
+        self.stop_step: int | None = None
+        self.rounds_read = 0
+        self.waited_s = 0.0
+        """Host time this rank spent waiting for rounds LAG steps old (expected: 0)."""
+        self._pending: collections.deque = collections.deque()
+        self.original_handler = signal.getsignal(PREEMPT_SIGNAL) if install_signal else None
+        if install_signal:
+            signal.signal(PREEMPT_SIGNAL, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.flag = True
+        self.signal_time = time.time()
+
+    # ------------------------------------------------------------------ rounds
+    def _issue(self, step: int) -> None:
+        extra = list(self.extra_payload()) if self.extra_payload else []
+        if len(extra) != self.extra_len:
+            raise ValueError(f"control payload: {len(extra)} extra values, expected {self.extra_len}")
+        mine = torch.tensor([1.0 if self.flag else 0.0, float(step), *extra], dtype=torch.float64)
+        rows = [torch.zeros_like(mine) for _ in range(self.world_size)]
+        work = dist.all_gather(rows, mine, group=self.group, async_op=True)
+        self._pending.append((work, rows, step))
+
+    def _read(self, step: int, wait_older_than: int | None) -> None:
+        """Read completed rounds in order; rounds issued at or before `wait_older_than` are waited for."""
+        while self._pending:
+            work, rows, issued = self._pending[0]
+            if not work.is_completed():
+                if wait_older_than is None or issued > wait_older_than:
+                    return
+                t0 = time.perf_counter()
+                work.wait()
+                self.waited_s += time.perf_counter() - t0
+            self._pending.popleft()
+            self.rounds_read += 1
+            rnd = Round(torch.stack(rows), issued)
+            if rnd.preempt and self.stop_step is None:
+                self.stop_step = issued + LAG
+            if self.on_round is not None:
+                self.on_round(rnd)
+
+    def poll(self, step: int) -> bool:
+        """At the boundary before global step `step`: read what completed, then issue this step's
+        round. True when the job must stop here (an agreed preemption): every rank returns True at
+        the same step, having run every step below it."""
+        self._read(step, wait_older_than=step - LAG)
+        if self.stop_step is not None and step >= self.stop_step:
+            return True
+        self._issue(step)
+        return False
+
+    def drain(self) -> None:
+        """Wait for every round in flight (end of the loop: every rank issued the same rounds)."""
+        self._read(-1, wait_older_than=float("inf"))  # type: ignore[arg-type]

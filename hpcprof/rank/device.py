@@ -1,0 +1,118 @@
+"""What a rank runs on, decided by pure functions (testable without a GPU), and the CUDA/NCCL
+settings a first GPU run needs.
+
+Each decision takes what the rank can see (whether torch sees CUDA, how many GPUs, the GPU's
+compute capability, what the launcher asked for) and returns the answer or raises
+:class:`DeviceError` with one line saying what is wrong and what to do. The rank side calls them
+with the real values (:func:`rank_device`); the tests call them with the values of a GPU node.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class DeviceError(RuntimeError):
+    """The rank cannot run as asked (GPUs requested but unusable, fewer GPUs than local ranks,
+    a precision the GPU lacks). The message is one line naming what was requested and what was found."""
+
+
+def gpus_requested(spec_gpus_per_node: int, env: dict) -> int:
+    """How many GPUs per node this job asked for: the spec's ``resources.gpus_per_node``, else what
+    SLURM says it allocated (``SLURM_GPUS_ON_NODE``, ``SLURM_GPUS_PER_NODE``, ``SLURM_JOB_GPUS``).
+    0: a CPU job (``CUDA_VISIBLE_DEVICES`` alone is not a request: desktops set it too)."""
+    if spec_gpus_per_node > 0:
+        return spec_gpus_per_node
+    for key in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        value = str(env.get(key, "")).split(":")[-1].split("(")[0]
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    jobs = str(env.get("SLURM_JOB_GPUS", "")).strip()
+    return len([g for g in jobs.split(",") if g.strip()]) if jobs else 0
+
+
+def choose_device(*, requested_gpus: int, cuda_available: bool, device_count: int, local_rank: int,
+                  local_world_size: int, torch_version: str, torch_cuda: str | None) -> tuple[str, int | None]:
+    """("cuda", index) or ("cpu", None) for this rank.
+
+    - GPUs requested but torch cannot use CUDA (a CPU-only torch, a driver older than the wheel's
+      CUDA, no device visible): refuse, never fall back to CPU silently (the job would "succeed" 50x
+      slower on gloo).
+    - More local ranks than visible GPUs: refuse (``local_rank % device_count`` would put two ranks
+      on one GPU without a word).
+    - No GPU requested and none visible: CPU. No GPU requested but CUDA visible (a local run on a GPU
+      machine whose resolution asked for none): one GPU per local rank when there are enough."""
+    if requested_gpus > 0 and (not cuda_available or device_count == 0):
+        why = ("this torch has no CUDA support (a CPU-only build)" if not torch_cuda else
+               f"torch {torch_version} (CUDA {torch_cuda}) sees no usable GPU: check the driver "
+               "(nvidia-smi; it must support that CUDA version) and CUDA_VISIBLE_DEVICES="
+               f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}")
+        raise DeviceError(f"{requested_gpus} GPU(s) per node requested, but {why}; "
+                          "install a torch build for this machine's CUDA driver, or run without GPUs (--gpus-per-node 0)")
+    if not cuda_available or device_count == 0:
+        return "cpu", None
+    if local_rank >= device_count or local_world_size > device_count:
+        if requested_gpus == 0:
+            return "cpu", None
+        raise DeviceError(f"local rank {local_rank} of {local_world_size} on this node, but only {device_count} GPU(s) "
+                          "are visible: one rank per GPU; ask for --tasks-per-node <= --gpus-per-node, or check "
+                          f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}")
+    return "cuda", local_rank
+
+
+@dataclass(frozen=True)
+class AmpPlan:
+    """The autocast dtype (None: full precision) and whether a GradScaler runs."""
+
+    dtype: str | None
+    scaler: bool
+    why: str = ""
+
+
+def amp_plan(amp: str, device_type: str, capability: tuple[int, int] | None) -> AmpPlan:
+    """Mixed precision for ``model.amp`` on this device.
+
+    - "auto": bf16 on GPUs of compute capability 8.0 and above (A100, H100), fp16 with a GradScaler
+      below (V100 is 7.0: its bf16 convolutions fall back to slow kernels, which made the AMP rung a
+      regression there), off on CPU.
+    - "bf16" on a GPU below 8.0 is refused with the fix, not run slowly.
+    - "bf16" on CPU: autocast to bf16 (CPU autocast supports it); "fp16" on CPU is refused (the CPU
+      has no fp16 autocast worth measuring)."""
+    if amp == "off":
+        return AmpPlan(None, False)
+    if device_type != "cuda":
+        if amp == "auto":
+            return AmpPlan(None, False, "auto: off on CPU")
+        if amp == "fp16":
+            raise DeviceError("model.amp = 'fp16' needs a GPU (CPU autocast is bf16 only): use 'bf16', 'auto' or 'off'")
+        return AmpPlan("bf16", False)
+    cap = capability or (0, 0)
+    if amp == "auto":
+        return AmpPlan("bf16", False, f"auto: bf16 on sm{cap[0]}{cap[1]}") if cap >= (8, 0) else \
+            AmpPlan("fp16", True, f"auto: fp16 with GradScaler on sm{cap[0]}{cap[1]} (no fast bf16 below sm80)")
+    if amp == "bf16" and cap < (8, 0):
+        raise DeviceError(f"model.amp = 'bf16' on a GPU of compute capability {cap[0]}.{cap[1]}: bf16 needs sm80+ "
+                          "(A100, H100) and falls back to slow kernels here; use --model-amp fp16 or auto")
+    return AmpPlan(amp, amp == "fp16")
+
+
+# ------------------------------------------------------------------ NCCL environment
+def nccl_environment(run_root: str | Path, env: dict) -> dict[str, str]:
+    """The NCCL / c10d variables a first GPU run should have, without overriding the user's.
+
+    - PyTorch's own TORCH_NCCL_ASYNC_ERROR_HANDLING default (3: abort the communicator and tear the
+      process down on an error or timeout) is kept: nothing here sets it.
+    - The flight recorder: the last 2,000 collectives of each rank, dumped on a timeout into the run
+      directory (``nccl-flight-recorder/rank-<r>``), so a hang leaves the collective each rank was in.
+    - NCCL_DEBUG=WARN: NCCL's own warnings (network, topology) in the rank logs.
+    Values the user has set are kept as they are."""
+    folder = Path(run_root) / "nccl-flight-recorder"
+    wanted = {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(folder / "rank-"),
+        "NCCL_DEBUG": "WARN",
+    }
+    return {k: v for k, v in wanted.items() if k not in env}
