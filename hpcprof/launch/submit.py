@@ -1,6 +1,9 @@
-"""Launch DDP ResNet training with a profiler trace per rank, through submitit.
+"""Launch training with a profiler trace and a step record per rank, through submitit: the built-in
+DDP ResNet, or your own code (--entry pkg.module:function, or --script train.py -- ARGS; it uses
+hpcprof.run(), see the README's "Your own training script").
 
     python -m hpcprof.submit --job jobs/demo-local.toml                  # local, 2 CPU ranks (gloo)
+    python -m hpcprof.submit --script train.py --train-steps 100 -- --lr 0.1
     python -m hpcprof.submit --nodes 2 --gpus-per-node 4 --partition gpu_p13 \\
         --account abc@v100 --qos qos_gpu-dev --job jobs/resnet50-2nodes.toml --wait
 
@@ -28,7 +31,7 @@ from typing import Any
 from ..rundir import RunDir, RunDirError, default_run_name
 from ..rundir import manifest as run_manifest
 from ..cliparser import ArgumentParser
-from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, validate_run_name
+from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, split_passthrough, validate_run_name
 from .executors import LaunchError, choose_executor, make_executor, resolve_resources
 from .outcome import (Interrupted, ended_by_scheduler, first_failure, quiet_pdb, record_outcome, refuse_existing,
                       remove_never_started, signals_ignored, signals_raise, stop_local_job, submission_error)
@@ -53,6 +56,9 @@ class Launch:
 # ------------------------------------------------------------------------------------ launch
 def launch(spec: JobSpec, argv: list[str] | None = None, log=print) -> Launch:
     """Create the run directory and submit the job; does not wait."""
+    from ..rank.workload import check_workload
+
+    check_workload(spec)
     executor, why = choose_executor(spec.resources.cluster)
     log(f"hpcprof: executor {executor} ({why})")
     spec = resolve_resources(spec, executor)
@@ -240,11 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    own, passthrough = split_passthrough(argv)
+    args = build_parser().parse_args(own)
     launched = None
     with signals_raise():
         try:
-            spec = spec_from_args(args)
+            spec = spec_from_args(args, passthrough)
             launched = launch(spec, argv=["python", "-m", "hpcprof.submit", *argv])
             return _after_launch(args, launched)
         except (SpecError, LaunchError, RunDirError) as exc:

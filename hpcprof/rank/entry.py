@@ -19,7 +19,7 @@ from typing import Any
 from ..cliparser import ArgumentParser
 from ..rundir import RunDir, RunDirError
 from ..rundir import manifest as run_manifest
-from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args
+from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, split_passthrough
 
 LOG_HINT_VAR = "HPCPROF_LOG_HINT"
 
@@ -61,9 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    own, passthrough = split_passthrough(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(own)
     try:
-        spec = spec_from_args(args)
+        spec = spec_from_args(args, passthrough)
         from .env import detect_rank_env
 
         renv = detect_rank_env()

@@ -35,12 +35,16 @@ def check_workload(spec: JobSpec, cwd: Path | None = None) -> JobSpec:
         w.script = str(path.resolve())
     if w.entry:
         module, _, func = w.entry.partition(":")
+        missing = None
         try:
-            found = importlib.util.find_spec(module)
+            if importlib.util.find_spec(module) is None:
+                missing = module
+        except ModuleNotFoundError as exc:  # a parent package is missing
+            missing = exc.name or module
         except (ImportError, ValueError) as exc:
             raise SpecError(f"workload.entry {w.entry!r}: cannot import {module!r} ({exc})") from None
-        if found is None:
-            raise SpecError(f"workload.entry {w.entry!r}: no module {module!r} on this Python's path "
+        if missing:
+            raise SpecError(f"workload.entry {w.entry!r}: no module {missing!r} on this Python's path "
                             "(install it, or add its folder to PYTHONPATH)")
     return spec
 

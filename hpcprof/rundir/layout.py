@@ -49,8 +49,10 @@ class RunDirError(RuntimeError):
 
 
 def default_run_name(spec: JobSpec, world_size: int) -> str:
-    """A readable, unique-enough name: <arch>-<ranks>r-<date>-<time>."""
-    return f"{spec.model.arch}-{world_size}r-{time.strftime('%Y%m%d-%H%M%S')}"
+    """A readable, unique-enough name: <arch or workload>-<ranks>r-<date>-<time> (the ResNet's arch
+    for the built-in trainer, the script's stem or the function's name for user code)."""
+    label = spec.model.arch if spec.workload.builtin else re.sub(r"[^A-Za-z0-9._-]", "_", spec.workload.label)
+    return f"{label}-{world_size}r-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def atomic_write_text(path: Path, text: str) -> None:

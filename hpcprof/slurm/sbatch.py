@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ..launch.executors import LaunchError, resolve_resources
 from ..cliparser import ArgumentParser
-from ..spec import JobSpec, SpecError, add_spec_arguments, override_items, spec_from_args
+from ..spec import JobSpec, SpecError, add_spec_arguments, override_items, spec_from_args, split_passthrough
 from .resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset
 
 TEMPLATE_SUFFIX = ".sbatch"
@@ -245,7 +245,7 @@ def setup_lines(spec: JobSpec, options: RenderOptions) -> list[str] | None:
 
 
 # Spec fields that are paths (spaces allowed there: the value is quoted in the script).
-_PATH_FIELDS = {"data.path", "runs_dir"}
+_PATH_FIELDS = {"data.path", "runs_dir", "workload.script", "workload.args"}
 # Fields the script passes itself (RUNS_DIR, RUN_NAME), or that do not concern the ranks.
 _NOT_FOR_RANKS = {"name", "runs_dir", "resources.setup", "resources.slurm_extra", "resources.cluster"}
 
@@ -282,7 +282,8 @@ def render(spec: JobSpec, options: RenderOptions, command: list[str] | None = No
     if spec.name:
         run_name = shlex.quote(check_value("name", spec.name, RUN_NAME))
     else:
-        run_name = f"{check_value('model.arch', spec.model.arch)}-job${{SLURM_JOB_ID}}"
+        label = spec.model.arch if spec.workload.builtin else re.sub(r"[^A-Za-z0-9._-]", "_", spec.workload.label)
+        run_name = f"{check_value('model.arch' if spec.workload.builtin else 'workload', label)}-job${{SLURM_JOB_ID}}"
     flags = rank_flags(spec)
 
     sbatch_body = "".join(f"#SBATCH --{k}\n" if v is None else f"#SBATCH --{k}={v}\n"
@@ -356,9 +357,13 @@ def _write_script(out: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    own, passthrough = split_passthrough(argv)
+    args = build_parser().parse_args(own)
     try:
-        spec = spec_from_args(args)
+        spec = spec_from_args(args, passthrough)
+        from ..rank.workload import check_workload
+
+        check_workload(spec)
         options = RenderOptions(template=args.template, modules=tuple(args.modules),
                                 venv=args.venv, gpu_request=args.gpu_request)
         text = render(spec, options, command=["python", "-m", "hpcprof.sbatch", *argv])

@@ -36,6 +36,7 @@ from .cli import (
     overrides_from_args,
     resources_from_args,
     spec_from_args,
+    split_passthrough,
 )
 from .schema import (
     AMP_MODES,

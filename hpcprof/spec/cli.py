@@ -29,6 +29,8 @@ FLAG_ALIASES: dict[str, str] = {
     "drills.straggler": "--inject-straggler",
     "drills.crash": "--inject-crash",
     "drills.clock_skew": "--inject-clock-skew",
+    "workload.entry": "--entry",
+    "workload.script": "--script",
 }
 
 #: The [resources] fields a rank reads itself (torch threads per rank). The other [resources] fields
@@ -145,10 +147,23 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def spec_from_args(args: argparse.Namespace) -> JobSpec:
-    """The validated spec for a parsed command line (job file, then flags); its warnings
-    (:meth:`JobSpec.warnings`) are printed to stderr, once, before anything runs."""
-    spec = load_spec(args.job, overrides_from_args(args))
+def split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """(hpcprof's arguments, the workload's) of a command line: everything after the first ``--``
+    goes to the user's script or function (``--script train.py -- --lr 0.1``). None: no ``--``."""
+    if "--" not in argv:
+        return list(argv), None
+    i = argv.index("--")
+    return list(argv[:i]), list(argv[i + 1:])
+
+
+def spec_from_args(args: argparse.Namespace, workload_args: list[str] | None = None) -> JobSpec:
+    """The validated spec for a parsed command line (job file, then flags, then `workload_args`: what
+    followed ``--``, see :func:`split_passthrough`); its warnings (:meth:`JobSpec.warnings`) are
+    printed to stderr, once, before anything runs."""
+    overrides = overrides_from_args(args)
+    if workload_args is not None:
+        overrides["workload.args"] = list(workload_args)
+    spec = load_spec(args.job, overrides)
     for w in spec.warnings():
         print(f"hpcprof: warning: {w}", file=sys.stderr)
     return spec

@@ -48,6 +48,26 @@ SECTIONS = (
 )
 
 
+def _regions_table(stats: pd.DataFrame | None) -> str:
+    """Host time per region of the step (the known ones, then the training code's own, by the names it
+    gave them), median ms per step, one column per rank."""
+    if stats is None or stats.empty or "rank" not in stats:
+        return ""
+    rows = []
+    known = [("data", "data_wait"), ("copy", "copy"), ("forward", "forward"), ("backward", "backward"), ("optimizer", "optimizer")]
+    user = [(c[len("region_"):-len("_median_ms")], c[:-len("_median_ms")]) for c in stats.columns
+            if c.startswith("region_") and c.endswith("_median_ms")]
+    for name, base in known + user:
+        col = f"{base}_median_ms"
+        if col in stats and stats[col].notna().any():
+            rows.append({"region": name + ("" if (name, base) in known else " (yours)"),
+                         **{f"rank {int(r)}": v for r, v in zip(stats["rank"], stats[col])}})
+    if not rows:
+        return ""
+    return ("<p>Host time per region of the step, median ms per step (<code>run.region(name)</code>; "
+            "regions marked <i>yours</i> are the training code's own):</p>" + table(pd.DataFrame(rows)))
+
+
 STEP_TIME_SOURCES = {
     "gpu_clock": "step time on the GPU's clock (CUDA events between step boundaries: the host's own times are launch times)",
     "host_clock": "step time on the host's clock",
@@ -233,6 +253,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
         body += ("<p>The region columns below (data, copy, forward, backward, optimizer, and your own regions) are "
                  "<b>host launch times</b>: how long the host took to issue that work, not how long the GPU ran it "
                  "(the host runs ahead of the GPU). <code>host_step</code> is the host's time per step.</p>")
+    body += _regions_table(stats)
     body += table(stats, note="tables/steps_stats.csv", empty="")
     section("throughput", body)
     if recs:
