@@ -222,3 +222,29 @@ def test_a_host_pause_after_the_step_lands_in_the_next_steps_gpu_time(tmp_path, 
     timer.finish(_record(1))
     timer.close(block=True)
     assert [r["gpu_ms"] for r in _lines(path)] == pytest.approx([20.0, 170.0])
+
+
+# ------------------------------------------------------------------ the straggler drill on a GPU (item 9)
+def test_the_straggler_drill_waits_for_the_gpu_queue_before_sleeping(monkeypatch):
+    """A host sleep alone would be absorbed by the host's lead over the GPU; the drill first drains
+    the queue, so the GPU idles for the whole sleep (its truth is then on the GPU's clock)."""
+    from hpcprof.rank import drills as drills_mod
+    from hpcprof.rank.drills import RankDrills
+
+    calls = []
+
+    class Stream:
+        def synchronize(self):
+            calls.append("synchronize")
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: Stream())
+    monkeypatch.setattr(drills_mod.time, "sleep", lambda s: calls.append(("sleep", s)))
+    d = RankDrills(rank=1, sleep_s=0.06, sleep_every=2, sleep_from=10, sleep_to=20)
+    assert d.straggle(8, use_cuda=True) == 0.0 and calls == []  # before the range
+    d.straggle(12, use_cuda=True)
+    assert calls == ["synchronize", ("sleep", 0.06)]
+    calls.clear()
+    d.straggle(13, use_cuda=True)  # not a multiple of EVERY
+    d.straggle(22, use_cuda=True)  # after the range
+    d.straggle(14, use_cuda=False)  # on CPU there is no queue to drain
+    assert calls == [("sleep", 0.06)]

@@ -1,4 +1,4 @@
-"""The control channel: small messages between the ranks over a CPU (gloo) group, that never make a
+"""The control channel: small messages between the ranks over CPU (gloo) groups, that never make a
 healthy rank wait for a slow one.
 
 Why one channel: everything the ranks must agree on during the run (a preemption signal on any
@@ -8,15 +8,16 @@ every rank whatever their speed: one round is issued at every step boundary (an 
 ``all_gather`` of one small float vector per rank), by step number alone.
 
 Nobody waits: a round's result is read at the first step boundary after it completed
-(``Work.is_completed``, polled). Only a round LAG steps old must be read, waiting if needed; in a
-DDP job the ranks are never that far apart (every step synchronises their gradients), so in
-practice no rank ever waits there. Every rank sees the same results in the same order, and by
-step ``r + LAG`` every rank has read round ``r``: a decision taken from round ``r``'s numbers for a
-step at or after ``r + LAG`` is the same on every rank and still in everyone's future.
+(``Work.is_completed``, polled, never waited for). Every rank reads the same results in the same
+order, so a decision taken from a round's numbers is the same on every rank, at whatever step each
+rank reads it.
 
-A preemption: the first round in which any rank's flag shows, issued at step ``r``, stops every rank
-before step ``r + LAG`` (all ranks finish the steps below it). The triggered profiler
-(hpcprof.rank.trigger) schedules its captures the same way.
+Agreeing on a step (a preemption stops every rank before the same step; a triggered capture starts
+at the same step on every rank): the rank that reads the deciding round does one blocking
+``all_reduce(MAX)`` of its current step on a second gloo group (:meth:`ControlChannel.agree`). Every
+rank reads the same deciding round, so every rank takes part in the same agreements in the same
+order; a rank waits there at most until the slowest rank reaches its next step boundary, once per
+decision (the end of the job, or a capture), never in a healthy step.
 
 Payload (float64): ``[preempt_flag, step, *extra]``; ``extra`` is what the triggered profiler adds,
 the same length on every rank.
@@ -34,9 +35,6 @@ import torch.distributed as dist
 
 PREEMPT_SIGNAL = signal.SIGUSR2
 """What SLURM sends before a preemption or the time limit (sbatch --signal), and submitit listens to."""
-LAG = 4
-"""Steps after which a round must have been read (waiting if needed). A preemption takes effect
-LAG steps after the round that carried it; SLURM's warning (USR2, 120 s before) covers that."""
 
 
 class Round:
@@ -62,9 +60,10 @@ class ControlChannel:
     triggered profiler's timings), or None. ``on_round``: called with every completed
     :class:`Round`, in order, on every rank."""
 
-    def __init__(self, group, world_size: int, extra_payload: Callable[[], list[float]] | None = None,
+    def __init__(self, group, agree_group, world_size: int, extra_payload: Callable[[], list[float]] | None = None,
                  extra_len: int = 0, on_round: Callable[[Round], None] | None = None, install_signal: bool = True):
         self.group = group
+        self.agree_group = agree_group
         self.world_size = world_size
         self.extra_payload = extra_payload
         self.extra_len = extra_len
@@ -73,8 +72,9 @@ class ControlChannel:
         self.signal_time: float | None = None
         self.stop_step: int | None = None
         self.rounds_read = 0
-        self.waited_s = 0.0
-        """Host time this rank spent waiting for rounds LAG steps old (expected: 0)."""
+        self.agreements = 0
+        self.agree_s = 0.0
+        """Host time this rank spent in agreements (once per decision)."""
         self._pending: collections.deque = collections.deque()
         self.original_handler = signal.getsignal(PREEMPT_SIGNAL) if install_signal else None
         if install_signal:
@@ -94,34 +94,43 @@ class ControlChannel:
         work = dist.all_gather(rows, mine, group=self.group, async_op=True)
         self._pending.append((work, rows, step))
 
-    def _read(self, step: int, wait_older_than: int | None) -> None:
-        """Read completed rounds in order; rounds issued at or before `wait_older_than` are waited for."""
+    def _read(self, step: int, block: bool = False) -> None:
+        """Read the completed rounds in order (all of them, waiting, with `block`)."""
         while self._pending:
             work, rows, issued = self._pending[0]
-            if not work.is_completed():
-                if wait_older_than is None or issued > wait_older_than:
-                    return
-                t0 = time.perf_counter()
-                work.wait()
-                self.waited_s += time.perf_counter() - t0
+            if not block and not work.is_completed():
+                return
+            work.wait()
             self._pending.popleft()
             self.rounds_read += 1
             rnd = Round(torch.stack(rows), issued)
             if rnd.preempt and self.stop_step is None:
-                self.stop_step = issued + LAG
+                self.stop_step = self.agree(step)
             if self.on_round is not None:
                 self.on_round(rnd)
+
+    def agree(self, step: int, ahead: int = 0) -> int:
+        """Every rank: the largest current step, plus `ahead` (blocking; see the module docstring)."""
+        t0 = time.perf_counter()
+        t = torch.tensor([step], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.agree_group)
+        self.agreements += 1
+        self.agree_s += time.perf_counter() - t0
+        return int(t.item()) + ahead
 
     def poll(self, step: int) -> bool:
         """At the boundary before global step `step`: read what completed, then issue this step's
         round. True when the job must stop here (an agreed preemption): every rank returns True at
         the same step, having run every step below it."""
-        self._read(step, wait_older_than=step - LAG)
+        self._read(step)
         if self.stop_step is not None and step >= self.stop_step:
             return True
         self._issue(step)
         return False
 
-    def drain(self) -> None:
-        """Wait for every round in flight (end of the loop: every rank issued the same rounds)."""
-        self._read(-1, wait_older_than=float("inf"))  # type: ignore[arg-type]
+    def drain(self, step: int) -> None:
+        """At the end of the loop (before global step `step`, which does not run): wait for every
+        round in flight (every rank issued the same rounds), taking part in the agreements they call
+        for like any boundary. A rank that read a preemption only now agrees on `step`: the others then
+        run up to it, that is to the end."""
+        self._read(step, block=True)

@@ -173,6 +173,7 @@ class Run:
         # A small CPU-side group for control messages (preemption, triggered profiling, the final
         # barrier): they never queue behind NCCL kernels, and it has the job's timeout, not gloo's 30 min.
         self.ctrl_group = dist.new_group(backend="gloo", timeout=timeout)
+        self.agree_group = dist.new_group(backend="gloo", timeout=timeout)
         self.run = RunDir(self._run_root) if self._run_root else self._agree_run_dir()
         if self.use_cuda and not self._run_root:
             self._nccl_env(str(self.run.root))  # late, but before the first NCCL communicator exists
@@ -194,7 +195,7 @@ class Run:
         self.drills = RankDrills.for_rank(spec.drills, renv.rank, renv.node)
         self.writer = StepWriter(self.run.steps_path(renv.rank), keep_until_step=self.start_step)
         self.timer = StepTimer(self.writer, self.use_cuda)
-        self.control = ControlChannel(self.ctrl_group, renv.world_size)
+        self.control = ControlChannel(self.ctrl_group, self.agree_group, renv.world_size)
         self.prof = make_profiler(spec.profiler, self.run, renv.rank, self.use_cuda, self.start_step,
                                   self.drills.clock_skew_ms)
         self.prof.__enter__()
@@ -393,7 +394,7 @@ class Run:
     def _preempted(self, step: int) -> None:
         """Every rank stops before `step`: save, checkpoint, requeue (does not return)."""
         self.timer.close(block=True)
-        self.control.drain()
+        self.control.drain(step)
         self._save_checkpoint(step - 1)
         dist.barrier(group=self.ctrl_group)
         self.writer.close()
@@ -430,7 +431,7 @@ class Run:
     def _close_clean(self) -> None:
         self._write_tail()
         self.timer.close(block=True)
-        self.control.drain()
+        self.control.drain(self._next_step)
         self.prof.__exit__(None, None, None)
         dist.barrier(group=self.ctrl_group)
         self.writer.close()
