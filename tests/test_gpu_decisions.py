@@ -248,3 +248,21 @@ def test_the_straggler_drill_waits_for_the_gpu_queue_before_sleeping(monkeypatch
     d.straggle(22, use_cuda=True)  # after the range
     d.straggle(14, use_cuda=False)  # on CPU there is no queue to drain
     assert calls == [("sleep", 0.06)]
+
+
+def test_the_peer_watch_finds_a_peer_that_died_in_native_code(tmp_path):
+    """A rank killed by the NCCL watchdog's abort leaves no note, only faulthandler's record: its
+    peers, stuck in a collective on their GPUs, must still stop."""
+    from hpcprof.rank.failures import FailureContext, PeerWatch
+    from hpcprof.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    run.ensure_layout()
+    watch = PeerWatch(FailureContext(run, rank=0, node="n1"))
+    assert watch.root_failure() is None
+    run.fatal_path(0).write_text("")  # this rank's own (empty) record is not a failure
+    run.fatal_path(2).write_text("")  # nor another's empty one: that rank is alive or ended cleanly
+    assert watch.root_failure() is None
+    run.fatal_path(1).write_text("Fatal Python error: Aborted\n\nThread 0x01 (most recent call first):\n")
+    root = watch.root_failure()
+    assert root["rank"] == 1 and "Aborted" in root["error"]

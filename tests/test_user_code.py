@@ -261,3 +261,30 @@ def test_a_peer_that_neither_dies_nor_answers_stops_the_job_within_seconds(tmp_p
     assert notes[0]["kind"] == "peer_stopped" and "rank 1 failed at step 4" in notes[0]["error"]
     assert notes[0]["time"] - notes[1]["time"] < 30, notes
     assert "rank 1 on node" in proc.stdout and "user bug on rank 1" in proc.stdout
+
+
+ABORT_SCRIPT = textwrap.dedent('''
+    import os, torch, torch.nn as nn
+    import hpcprof
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    with hpcprof.run(batch_size=4) as run:
+        ddp = DDP(nn.Linear(8, 8).to(run.device))
+        for step in run.steps():
+            if run.rank == 1 and step == 3:
+                os.abort()  # what the NCCL watchdog does after a collective timed out
+            ddp(torch.randn(4, 8)).sum().backward()
+''')
+
+
+def test_a_rank_that_dies_of_sigabrt_is_named_with_how_it_died(tmp_path):
+    """Item 16: a rank killed in native code writes no note; faulthandler's record of the signal
+    names it (a SIGABRT was reported as "OOM killer or node lost")."""
+    (tmp_path / "train.py").write_text(ABORT_SCRIPT)
+    proc = _submit(tmp_path, "--script", "train.py", "--name", "abrt", "--train-steps", "8")
+    assert proc.returncode == 1, proc.stdout
+    assert "rank 1 on node" in proc.stdout and "aborted (SIGABRT)" in proc.stdout, proc.stdout
+    assert "OOM" not in proc.stdout
+    run = RunDir(tmp_path / "runs" / "abrt")
+    assert "Fatal Python error: Aborted" in run.read_fatal(1)
+    assert run.read_fatal(0) is None  # rank 0 stopped on the closed connection, with its note

@@ -137,25 +137,51 @@ def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]
     return killed
 
 
-def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dict[int, int]) -> dict | None:
+# faulthandler's first line -> how a rank died of a fatal signal, in words a user can act on
+_FATAL_SIGNALS = (
+    ("Aborted", "aborted (SIGABRT) in native code: the NCCL watchdog after a collective timed out or NCCL failed "
+                "(its log says which), or a C++ abort"),
+    ("Segmentation fault", "crashed with a segmentation fault (SIGSEGV) in native code"),
+    ("Bus error", "crashed with a bus error (SIGBUS): often /dev/shm full (DataLoader workers) or a bad memory map"),
+    ("Floating-point exception", "crashed with a floating-point exception (SIGFPE) in native code"),
+    ("Illegal instruction", "crashed with an illegal instruction (SIGILL): a build for another CPU"),
+)
+
+
+def fatal_cause(text: str | None) -> str | None:
+    """How a rank died, from what faulthandler wrote (failures/rank-<r>.fatal.txt), or None."""
+    if not text:
+        return None
+    head = next((ln for ln in text.splitlines() if ln.startswith("Fatal Python error")), "")
+    for needle, words in _FATAL_SIGNALS:
+        if needle in head:
+            return words
+    return f"died of a fatal signal: {head[:200] or text.strip().splitlines()[0][:200]}"
+
+
+def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dict[int, int],
+                  fatal: dict[int, str] | None = None) -> dict | None:
     """The rank to blame: the earliest failure note that is not a peer failure; else a failed rank
-    that left no note at all (it could not write one: killed by SIGKILL, as the OOM killer or
-    `kill -9` do, or its node was lost), since every Python error writes one and its peers only
-    report the closed connection; else the earliest note. `last_steps`: rank -> last recorded step.
+    that left no note at all (it could not write one: a fatal signal in native code, which
+    faulthandler records in `fatal` (rank -> its text), or SIGKILL, as the OOM killer or `kill -9`
+    do, or its node was lost), since every Python error writes one and its peers only report the
+    closed connection; else the earliest note. `last_steps`: rank -> last recorded step.
     Returns {"rank", "step", "error", "node", "log", "silent"} or None."""
     root = next((f for f in failures if not f.get("peer_failure")), None)
     if root is not None:
         return dict(root, silent=False)
     noted = {f.get("rank") for f in failures}
-    silent = [r for r in failed_ranks if r not in noted]
+    fatal = fatal or {}
+    silent = [r for r in set(failed_ranks) | set(fatal) if r not in noted]
     if silent:
-        # the one that stopped first
-        r = min(silent, key=lambda x: (last_steps.get(x, -1), x))
+        # a rank with a fatal signal on record first, then the one that stopped first
+        r = min(silent, key=lambda x: (x not in fatal, last_steps.get(x, -1), x))
         step = last_steps.get(r, -1) + 1
+        cause = fatal_cause(fatal.get(r))
         return {
             "rank": r, "step": step, "silent": True, "node": None, "log": None,
-            "error": "died without a failure note: killed by a signal it cannot catch (SIGKILL: the OOM "
-                     "killer or kill -9) or its node was lost",
+            "error": cause or ("died without a failure note: killed by a signal it cannot catch (SIGKILL: the OOM "
+                               "killer or kill -9) or its node was lost"),
         }
     if failures:
         return dict(failures[0], silent=False)

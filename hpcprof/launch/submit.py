@@ -182,8 +182,9 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
         log(f"hpcprof: job {launch_.job.job_id} succeeded on {launch_.world_size} rank(s); run directory {run.root}")
         return EXIT_OK
     log("")
+    fatal = {o["rank"]: t for o in outcomes if (t := run.read_fatal(o["rank"]))}
     root = first_failure(failures, [o["rank"] for o in failed],
-                         {o["rank"]: _last_step(run, o["rank"]) for o in outcomes})
+                         {o["rank"]: _last_step(run, o["rank"]) for o in outcomes}, fatal)
     if root is not None:
         rank = root["rank"]
         log_path = root.get("log") or next((o["log"] for o in outcomes if o["rank"] == rank), None)

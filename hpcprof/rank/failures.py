@@ -28,7 +28,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
-from ..rundir import FailureNote, RunDir, atomic_write_text
+from ..rundir import FATAL_TEMPLATE, FailureNote, RunDir, atomic_write_text, rank_from_name
 from .drills import DrillCrash
 
 # (kind, peer_failure, texts): the first entry whose text occurs in "<type>: <message>" wins.
@@ -109,19 +109,11 @@ class FailureContext:
             pass
 
 
-FATAL_SUFFIX = ".fatal.txt"
-
-
-def fatal_log_path(run: RunDir, rank: int):
-    """failures/rank-<r>.fatal.txt: what faulthandler wrote when the rank died in native code."""
-    return run.failure_path(rank).with_name(f"rank-{rank}{FATAL_SUFFIX}")
-
-
 def enable_fatal_log(run: RunDir, rank: int):
     """Let faulthandler write a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) and every
     thread's Python stack to failures/rank-<r>.fatal.txt. Returns the open file (kept open for the
     life of the process; an empty file is removed at a clean end by :func:`disable_fatal_log`)."""
-    path = fatal_log_path(run, rank)
+    path = run.fatal_path(rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(path, "w")
     faulthandler.enable(file=fh, all_threads=True)
@@ -166,10 +158,17 @@ class PeerWatch:
         self._stop.set()
 
     def root_failure(self) -> dict | None:
-        """The earliest note of another rank that is not a peer failure, or None."""
-        for note in self.failure.run.read_failures():
-            if note.get("rank") != self.failure.rank and not note.get("peer_failure"):
+        """The earliest note of another rank that is not a peer failure, else another rank's record of
+        a fatal signal (failures/rank-<r>.fatal.txt: it died in native code), or None."""
+        run, me = self.failure.run, self.failure.rank
+        for note in run.read_failures():
+            if note.get("rank") != me and not note.get("peer_failure"):
                 return note
+        for path in sorted(run.fatal_path(me).parent.glob(FATAL_TEMPLATE.format(rank="*"))):
+            rank = rank_from_name(path.name)
+            if rank is not None and rank != me and run.read_fatal(rank):
+                first = run.read_fatal(rank).strip().splitlines()[0]
+                return {"rank": rank, "step": None, "error": first}
         return None
 
     def _run(self) -> None:
@@ -186,7 +185,8 @@ class PeerWatch:
                 continue
             if self._stop.is_set():
                 return
-            exc = PeerStopped(f"hpcprof: stopped because rank {root.get('rank')} failed at step {root.get('step')} "
+            at = f" at step {root['step']}" if root.get("step") is not None else ""
+            exc = PeerStopped(f"hpcprof: stopped because rank {root.get('rank')} failed{at} "
                               f"({str(root.get('error'))[:200]}); this rank was still running {self.grace_s:.0f} s later")
             self.failure.record(exc)
             if self.on_stop is not None:

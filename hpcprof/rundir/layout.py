@@ -32,6 +32,9 @@ STEPS_TEMPLATE = "rank-{rank}.jsonl"
 CHECKPOINT_FILE = "checkpoint/latest.pt"
 FAILURES_DIR = "failures"
 FAILURE_TEMPLATE = "rank-{rank}.json"
+FATAL_TEMPLATE = "rank-{rank}.fatal.txt"
+"""Beside the failure notes: what Python's faulthandler wrote when a rank died of a fatal signal
+(SIGABRT from the NCCL watchdog, SIGSEGV...), where no note can be written."""
 LOGS_DIR = "logs"
 ANALYSIS_DIR = "analysis"
 # every per-rank file above is named rank-<r>.<suffix>
@@ -140,6 +143,18 @@ class RunDir:
 
     def failure_path(self, rank: int) -> Path:
         return self.root / FAILURES_DIR / FAILURE_TEMPLATE.format(rank=rank)
+
+    def fatal_path(self, rank: int) -> Path:
+        return self.root / FAILURES_DIR / FATAL_TEMPLATE.format(rank=rank)
+
+    def read_fatal(self, rank: int) -> str | None:
+        """What faulthandler wrote for `rank` (its fatal signal and stacks), or None (no file, or
+        empty: the rank ended cleanly, or was killed by a signal no handler sees, SIGKILL)."""
+        try:
+            text = self.fatal_path(rank).read_text(errors="replace")
+        except OSError:
+            return None
+        return text if text.strip() else None
 
     @property
     def logs_dir(self) -> Path:
