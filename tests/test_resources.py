@@ -165,3 +165,21 @@ def test_readme_submit_line_asks_slurm_for_one_rank_per_gpu_with_its_cores(monke
     assert geometry_warnings(spec.resources, spec.data.num_workers) == []
     job_file = load_spec(REPO / "jobs" / "resnet50-2nodes.toml").resources
     assert (job_file.gpus_per_node, job_file.tasks_per_node, job_file.cpus_per_task, job_file.slurm_extra) == (0, 0, 0, {})
+
+
+def test_submit_to_slurm_prints_the_geometry_warnings_before_submitting(tmp_path, monkeypatch, capsys):
+    """`python -m hpcprof.submit --cluster slurm` warns as the sbatch renderer does (item 20); the
+    submission itself is stubbed to fail here (no SLURM), which also shows the warning comes first."""
+    from hpcprof.launch import submit
+
+    def no_slurm(*args, **kwargs):
+        raise RuntimeError("sbatch: no SLURM here")
+
+    monkeypatch.setattr(submit, "make_executor", no_slurm)
+    spec = parse("--cluster", "slurm", "--gpus-per-node", "4", "--data-source", "fakedata",
+                 "--data-num-workers", "6", "--runs-dir", str(tmp_path), "--name", "w")
+    with pytest.raises(LaunchError, match="no SLURM here"):
+        submit.launch(spec, argv=["python", "-m", "hpcprof.submit"], log=lambda *a: None)
+    err = capsys.readouterr().err
+    assert "hpcprof: warning: resources.cpus_per_task is not set" in err and "6 DataLoader worker(s)" in err
+    assert not (tmp_path / "w").exists()  # the run directory of a job that never started is removed
