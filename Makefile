@@ -1,6 +1,6 @@
 # hpcprof: the two commands of the README, plus helpers.
-#   make demo   install into .venv, run the demo job (local executor, 2 CPU ranks on gloo, or the
-#               GPUs it finds), analyse it and print where the report is
+#   make demo   install into .venv, run the demo job (local executor, a rank per GPU it finds, or
+#               2 CPU ranks on gloo), analyse it and print where the report is
 #   make test   install into .venv (and, as root, the Debian packages of the SLURM tests), run the suite
 PYTHON ?= python3
 VENV ?= .venv

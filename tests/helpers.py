@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,53 @@ def run_cli(module: str, *args: str, timeout: float = 300, env: dict | None = No
         env=full_env,
         cwd=cwd or REPO,
     )
+
+
+# What a user writes: a small model, a list of batches, the five lines of the README, a counter the
+# checkpoint carries (the test reads it back after a requeue), and a region of their own.
+USER_SCRIPT = textwrap.dedent('''
+    import argparse, json, torch, torch.nn as nn
+    import hpcprof
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    args = parser.parse_args()
+
+    with hpcprof.run(batch_size=16) as run:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).to(run.device)
+        ddp = DDP(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+        counter = {"steps_trained": 0, "resumed": False}
+
+        class State:
+            def state_dict(self):
+                return {"model": model.state_dict(), "opt": opt.state_dict(), "steps_trained": counter["steps_trained"]}
+
+            def load_state_dict(self, s):
+                model.load_state_dict(s["model"]); opt.load_state_dict(s["opt"])
+                counter["steps_trained"] = s["steps_trained"]; counter["resumed"] = True
+
+        run.checkpoint(State())
+        batches = [(torch.randn(16, 64), torch.randint(0, 10, (16,))) for _ in range(6)]
+        for x, y in run.steps(batches):
+            with run.region("copy"):
+                x, y = x.to(run.device), y.to(run.device)
+            with run.region("forward"):
+                loss = nn.functional.cross_entropy(ddp(x), y)
+            with run.region("backward"):
+                loss.backward()
+            with run.region("my_metric"), torch.no_grad():
+                accuracy = (model(x).argmax(1) == y).float().mean()
+            with run.region("optimizer"):
+                opt.step(); opt.zero_grad()
+            counter["steps_trained"] += 1
+            if args.step_sleep:
+                import time; time.sleep(args.step_sleep)
+        (run.dir / f"user-{run.rank}.json").write_text(json.dumps({**counter, "lr": args.lr, "start": run.start_step}))
+''')
 
 
 # The step-record keys the drill truth reads (hpcprof.rundir.records.StepRecord).

@@ -85,12 +85,13 @@ def test_imagefolder_source(tmp_path):
 
 
 def test_ladder_options_run_under_ddp(runs_root):
-    """FakeData through 1 worker, uint8 to the device, bf16 autocast, channels_last, set_to_none."""
+    """FakeData through 1 worker, uint8 to the device, bf16 autocast, channels_last, and zero-filled
+    gradients (set_to_none=False: the non-default path; every other run takes PyTorch's default)."""
     proc = run_cli(
         "hpcprof.submit", *FAST_FLAGS, "--runs-dir", str(runs_root), "--name", "ladder",
         "--data-source", "fakedata", "--data-num-workers", "1", "--data-dataset-size", "64",
         "--data-uint8-on-device", "--model-amp", "bf16", "--model-channels-last",
-        "--train-zero-grad-set-to-none", "--train-steps", "6",
+        "--no-train-zero-grad-set-to-none", "--train-steps", "6",
     )
     assert proc.returncode == 0, proc.stdout
     run = RunDir(runs_root / "ladder")
@@ -99,3 +100,4 @@ def test_ladder_options_run_under_ddp(runs_root):
         assert [r["step"] for r in records] == list(range(6))
         assert all(r["data_wait_s"] >= 0 for r in records)
     assert run.read_manifest()["spec"]["model"]["amp"] == "bf16"
+    assert run.read_manifest()["spec"]["train"]["zero_grad_set_to_none"] is False

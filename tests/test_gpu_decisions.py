@@ -35,7 +35,7 @@ def test_gpus_requested_but_cuda_unusable_stops_with_one_line_naming_torch_cuda_
     with pytest.raises(DeviceError) as e:
         _choose(cuda_available=False, device_count=0)  # driver older than the wheel's CUDA
     msg = str(e.value)
-    assert "\n" not in msg and "4 GPU(s) per node requested" in msg and "CUDA 12.1" in msg and "torch 2.3.0" in msg
+    assert "\n" not in msg and "4 GPU(s) requested" in msg and "CUDA 12.1" in msg and "torch 2.3.0" in msg
     with pytest.raises(DeviceError, match="CPU-only build"):
         _choose(cuda_available=False, device_count=0, torch_cuda=None)
 
@@ -49,11 +49,9 @@ def test_more_local_ranks_than_visible_gpus_is_refused_not_doubled_up():
 
 
 def test_what_slurm_allocated_counts_as_a_request():
-    assert gpus_requested(0, {"SLURM_GPUS_ON_NODE": "4"}) == 4
-    assert gpus_requested(0, {"SLURM_GPUS_PER_NODE": "gpu:a100:8"}) == 8
-    assert gpus_requested(0, {"SLURM_JOB_GPUS": "0,1"}) == 2
-    assert gpus_requested(0, {"CUDA_VISIBLE_DEVICES": "0,1"}) == 0  # a desktop's setting is no request
-    assert gpus_requested(2, {}) == 2
+    assert gpus_requested({"SLURM_GPUS_PER_NODE": "gpu:a100:8"}) == 8
+    assert gpus_requested({"CUDA_VISIBLE_DEVICES": "0,1"}) == 0  # a desktop's setting is no request
+    assert gpus_requested({}, spec_gpus_per_node=2) == 2
 
 
 # ------------------------------------------------------------------ mixed precision (item 17)

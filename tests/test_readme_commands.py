@@ -45,8 +45,12 @@ RUN_BY: dict[str, tuple[str, list[str] | None]] = {
     "make demo": ("tests/analysis/test_report_browser.py::test_demo_report_in_chromium", None),
     "python -m hpcprof.submit --job jobs/demo-local.toml --name first --analyze":
         ("tests/analysis/test_report_browser.py::test_demo_report_in_chromium", None),
-    "python -m hpcprof.submit --cluster slurm --partition gpu_p13 --job jobs/resnet50-2nodes.toml --wait":
-        ("tests/slurm/test_slurm_jobs.py::test_submit_two_nodes_two_tasks_per_node", None),
+    # the GPU flags need GPUs: this test reads the line from the README and checks what it would submit;
+    # tests/slurm/test_slurm_jobs.py::test_submit_two_nodes_two_tasks_per_node submits a CPU job for real
+    "python -m hpcprof.submit --cluster slurm --partition gpu_p13 --gpus-per-node 4 --cpus-per-task 10 "
+    "--job jobs/resnet50-2nodes.toml --wait":
+        ("tests/test_resources.py::test_readme_submit_line_asks_slurm_for_one_rank_per_gpu_with_its_cores",
+         ["README.md", '"python -m hpcprof.submit --cluster slurm "', "build_parser"]),
     "sbatch job.slurm":
         ("tests/slurm/test_slurm_jobs.py::test_generic_template_rendered_for_local_partition_runs_with_plain_sbatch",
          ['"sbatch"', '"--output"', "hpcprof.sbatch"]),

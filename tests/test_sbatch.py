@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,21 @@ CASES = {
                 "--slurm-extra", "exclusive=", "--time-min", "1500"],
     "generic-cpu": ["--template", "generic", "--nodes", "2", "--tasks-per-node", "2",
                     "--model-arch", "resnet18", "--model-image-size", "32"],
+    # The shipped job file describes the work; each template's machine geometry applies.
+    "jean-zay-v100-resnet50-2nodes": ["--template", "jean-zay-v100", "--account", "abc@v100",
+                                      "--job", "jobs/resnet50-2nodes.toml"],
+    "jean-zay-a100-resnet50-2nodes": ["--template", "jean-zay-a100", "--account", "abc@a100",
+                                      "--job", "jobs/resnet50-2nodes.toml"],
+    "jean-zay-h100-resnet50-2nodes": ["--template", "jean-zay-h100", "--account", "abc@h100",
+                                      "--job", "jobs/resnet50-2nodes.toml"],
 }
+
+
+@pytest.fixture(autouse=True)
+def _in_checkout(monkeypatch):
+    """Render from the checkout, as the README does: job files are named as jobs/..., which the
+    golden files record in their "Rendered ... by:" line."""
+    monkeypatch.chdir(REPO)
 
 
 def render_cli(args: list[str], capsys) -> tuple[int, str, str]:
@@ -286,3 +301,119 @@ def test_script_passes_the_import_check_when_the_venv_holds_hpcprof(tmp_path):
                          timeout=60)
     assert "not importable" not in res.stderr
     assert "srun" in res.stderr and (tmp_path / "runs" / "resnet50-job77" / "logs").is_dir()
+
+
+# ------------------------------------------------------------------ the machine's geometry (issue 18)
+TEMPLATE_GEOMETRY = {"jean-zay-v100": (4, 10), "jean-zay-a100": (8, 8), "jean-zay-h100": (4, 24)}
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE_GEOMETRY))
+def test_shipped_job_file_gets_one_rank_per_gpu_with_each_templates_cores(name, capsys):
+    """jobs/resnet50-2nodes.toml describes the work; each template's node geometry applies (the
+    golden files *-resnet50-2nodes.sbatch show the whole script), and the srun line and the ranks'
+    spec carry the same cores."""
+    gpus, cpus = TEMPLATE_GEOMETRY[name]
+    code, out, err = render_cli(["--template", name, "--job", "jobs/resnet50-2nodes.toml"], capsys)
+    assert code == 0 and "warning" not in err, err
+    lines = sbatch_lines(out)
+    for line in (f"--gres=gpu:{gpus}", f"--ntasks-per-node={gpus}", f"--cpus-per-task={cpus}",
+                 "--hint=nomultithread", "--nodes=2"):
+        assert f"#SBATCH {line}" in lines, (line, lines)
+    assert f"SRUN_OPTIONS=(--kill-on-bad-exit=1 --cpus-per-task={cpus})\n" in out
+    assert f"    --cpus-per-task {cpus}\n" in out and f"    --gpus-per-node {gpus}\n" in out
+
+
+@pytest.mark.parametrize("name", sbatch.available_templates())
+def test_shipped_templates_srun_options_are_what_rendering_writes(name, capsys):
+    """The templates as shipped hold the srun options SlurmResources.srun_options gives for their
+    own #SBATCH lines: a template used unrendered launches like a rendered one (and like submit)."""
+    shipped = (sbatch.templates_dir() / f"{name}.sbatch").read_text()
+    code, out, err = render_cli(["--template", name], capsys)
+    assert code == 0, err
+    srun_line = [line for line in out.splitlines() if line.startswith("SRUN_OPTIONS=")]
+    assert len(srun_line) == 1 and srun_line[0] in shipped.splitlines()
+    assert '\nsrun "${SRUN_OPTIONS[@]}" ' in shipped
+
+
+def test_render_warns_about_idle_gpus_and_ranks_on_one_core_and_still_writes(capsys, tmp_path):
+    target = tmp_path / "job.slurm"
+    code, out, err = render_cli(["--template", "generic", "--gpus-per-node", "4", "--data-source", "fakedata",
+                                 "--data-num-workers", "6", "-o", str(target)], capsys)
+    assert code == 0 and target.exists()
+    warnings = [line for line in err.splitlines() if line.startswith("hpcprof.sbatch: warning: ")]
+    assert len(warnings) == 1 and "resources.cpus_per_task is not set" in warnings[0], err
+    assert "its 6 DataLoader worker(s)" in warnings[0] and "--cpus-per-task" in warnings[0]
+    code, out, err = render_cli(["--template", "jean-zay-a100", "--tasks-per-node", "2"], capsys)
+    assert code == 0 and "hpcprof.sbatch: warning: resources.tasks_per_node = 2 < gpus_per_node = 8" in err
+    code, out, err = render_cli(["--template", "generic", "--gpus-per-node", "4", "--cpus-per-task", "8",
+                                 "--data-source", "fakedata", "--data-num-workers", "6"], capsys)
+    assert code == 0 and "warning" not in err
+
+
+def _setup_block(text: str) -> list[str]:
+    return text.split("# >>> hpcprof:setup", 1)[1].split("# <<< hpcprof:setup", 1)[0].splitlines()[1:]
+
+
+def test_venv_keeps_the_templates_pytorch_module_and_module_replaces_it(capsys):
+    code, out, _ = render_cli(["--template", "jean-zay-v100", "--venv", "/opt/venvs/hp"], capsys)
+    block = _setup_block(out)
+    assert block[0] == "module load pytorch-gpu/py3/2.3.0" and "source /opt/venvs/hp/bin/activate" in block
+    code, out, _ = render_cli(["--template", "jean-zay-v100", "--venv", "/opt/venvs/hp",
+                               "--module", "pytorch-gpu/py3/2.5.0"], capsys)
+    block = _setup_block(out)
+    assert block[0] == "module load pytorch-gpu/py3/2.5.0" and "pytorch-gpu/py3/2.3.0" not in out
+
+
+def _module_site(where: Path) -> Path:
+    """A "module" site-packages: every package of this environment (torch...) but hpcprof."""
+    import torch
+
+    site = where / "module-site"
+    site.mkdir()
+    for entry in Path(torch.__file__).resolve().parents[1].iterdir():
+        if "hpcprof" not in entry.name.lower() and entry.suffix != ".pth":
+            (site / entry.name).symlink_to(entry)
+    return site
+
+
+def _run_with_module_system(script: Path, tmp_path: Path, **env_extra: str) -> subprocess.CompletedProcess:
+    """Run a rendered Jean Zay script with a stand-in module system: `module load pytorch-gpu/...`
+    puts a python on PATH and torch on PYTHONPATH (as the site's module does; hpcprof comes from the
+    checkout), anything else is a no-op. No srun on PATH: a script that passes its checks stops there."""
+    site = _module_site(tmp_path)
+    base_bin = Path(os.path.realpath(sys._base_executable)).parent  # a python without torch
+    module = ("() { case \"${1-} ${2-}\" in \"load pytorch-gpu\"*) "
+              f"export PATH={shlex.quote(str(base_bin))}:\"$PATH\" "
+              f"PYTHONPATH={shlex.quote(str(site))}:{shlex.quote(str(REPO))};; esac; }}")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env.update({"BASH_FUNC_module%%": module, "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n1",
+                "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **env_extra})
+    return subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_jean_zay_job_with_a_venv_on_the_pytorch_module_gets_past_its_checks(tmp_path):
+    """README day one on Jean Zay: a venv made with --system-site-packages on the pytorch-gpu module.
+    The script runs `module purge`; torch is there only if it loads the module again."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+                   check=True)
+    script = tmp_path / "job.slurm"
+    assert sbatch.main(["--template", "jean-zay-v100", "--venv", str(venv), "--tasks-per-node", "1",
+                        "--output", str(script)]) == 0
+    res = _run_with_module_system(script, tmp_path)
+    assert "hpcprof: error" not in res.stderr, res.stderr
+    assert "srun" in res.stderr and (tmp_path / "runs" / "resnet50-job77" / "logs").is_dir(), res.stderr
+
+
+def test_gpu_job_whose_torch_cannot_use_cuda_stops_before_srun_naming_torch_and_the_request(tmp_path):
+    """The batch step got 4 GPUs (SLURM_GPUS_ON_NODE) but this torch sees none: one line, exit 1."""
+    import torch
+
+    script = tmp_path / "job.slurm"
+    assert sbatch.main(["--template", "jean-zay-v100", "--output", str(script)]) == 0
+    res = _run_with_module_system(script, tmp_path, SLURM_GPUS_ON_NODE="4")
+    assert res.returncode == 1, res.stdout + res.stderr
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("hpcprof: error: 4 GPU(s) requested but torch.cuda.is_available() is False: ")
+    assert f"torch {torch.__version__}" in line and (str(torch.version.cuda) in line or "CPU-only" in line)
+    assert not (tmp_path / "runs").exists()

@@ -8,6 +8,7 @@ same impossible requests with the same words) and the analysis job array (same e
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -61,27 +62,48 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def resolve_resources(spec: JobSpec, executor: str, default_gpus: int = 0, default_tasks: int = 0) -> JobSpec:
+def resolve_resources(spec: JobSpec, executor: str, default_gpus: int = 0, default_tasks: int = 0,
+                      visible: int | None = None) -> JobSpec:
     """Fill in what the spec leaves open from what the executor will have, refuse what it cannot have,
     and validate the spec against the resulting world size. Modifies and returns ``spec``.
 
-    Local and debug runs look at this machine's GPUs. On SLURM, ``default_gpus`` and
-    ``default_tasks`` are what a template asks for when the spec does not say (sbatch rendering)."""
+    Local and debug runs take this machine's GPUs: ``visible`` GPUs (default: :func:`visible_gpus`;
+    a test passes the count). One rank per GPU, always:
+
+    - ``gpus_per_node`` unset (0) and GPUs visible: the run takes ``tasks_per_node`` of them, or all
+      of them when ``tasks_per_node`` is unset too; more ranks than visible GPUs is refused (run
+      fewer ranks, or hide the GPUs with ``CUDA_VISIBLE_DEVICES=`` to run CPU ranks on gloo).
+    - no GPU visible: ``tasks_per_node`` CPU ranks, 2 when unset.
+    - ``gpus_per_node`` set: that many GPUs (at most the visible ones), ``tasks_per_node`` of them
+      used (default: all).
+    - debug: one rank in the submitting process, on one GPU when any is visible.
+
+    On SLURM, ``default_gpus`` and ``default_tasks`` are what a template asks for when the spec does
+    not say (sbatch rendering): the machine's geometry comes from the template or the flags."""
     r = spec.resources
     if executor in ("local", "debug"):
         if r.nodes != 1:
             raise LaunchError(f"--nodes {r.nodes}: the {executor} executor runs on this machine only; use --cluster slurm")
-        gpus = visible_gpus()
+        gpus = visible_gpus() if visible is None else visible
         if r.gpus_per_node > gpus:
             raise LaunchError(f"--gpus-per-node {r.gpus_per_node}: this machine has {gpus} visible GPU(s)")
-        if r.gpus_per_node == 0 and gpus and r.tasks_per_node == 0:
-            r.gpus_per_node = gpus
-        if r.tasks_per_node == 0:
-            r.tasks_per_node = r.gpus_per_node or 2
-        if executor == "debug" and r.tasks_per_node != 1:
-            print(f"hpcprof: the debug executor runs one rank in this process (tasks_per_node {r.tasks_per_node} -> 1)",
-                  file=sys.stderr)
+        if executor == "debug":
+            if r.tasks_per_node not in (0, 1):
+                print(f"hpcprof: the debug executor runs one rank in this process (tasks_per_node "
+                      f"{r.tasks_per_node} -> 1)", file=sys.stderr)
             r.tasks_per_node = 1
+            r.gpus_per_node = min(r.gpus_per_node or gpus, 1)
+        elif r.gpus_per_node == 0 and gpus:
+            if r.tasks_per_node > gpus:
+                raise LaunchError(
+                    f"resources.tasks_per_node = {r.tasks_per_node} (--tasks-per-node) but this machine has "
+                    f"{gpus} visible GPU(s) and a run takes one rank per GPU: use --tasks-per-node {gpus} "
+                    f"or fewer, or hide the GPUs (CUDA_VISIBLE_DEVICES= python -m hpcprof.submit ...) "
+                    f"to run {r.tasks_per_node} CPU ranks on gloo")
+            r.tasks_per_node = r.tasks_per_node or gpus
+            r.gpus_per_node = r.tasks_per_node
+        elif r.tasks_per_node == 0:
+            r.tasks_per_node = r.gpus_per_node or 2
     else:
         r.gpus_per_node = r.gpus_per_node or default_gpus
         if r.tasks_per_node == 0:
@@ -94,6 +116,47 @@ def resolve_resources(spec: JobSpec, executor: str, default_gpus: int = 0, defau
     return spec.validate(world_size=r.nodes * r.tasks_per_node)
 
 
+def geometry_warnings(resources: SlurmResources, num_workers: int = 0, slurm: bool = True) -> list[str]:
+    """What a resolved geometry wastes, one line each (empty: nothing): GPUs no rank uses, and on
+    SLURM (``slurm``) ranks with no ``cpus_per_task``, which SLURM binds to one core each, shared
+    with the rank's DataLoader workers and its GPU's launch thread. ``python -m hpcprof.sbatch``
+    (with the template's ``--cpus-per-task`` in ``resources``) and ``python -m hpcprof.submit``
+    print them as warnings; neither refuses: the job runs, just slower than the machine allows."""
+    r = resources
+    out = []
+    if r.gpus_per_node and r.tasks_per_node < r.gpus_per_node:
+        idle = r.gpus_per_node - r.tasks_per_node
+        out.append(f"resources.tasks_per_node = {r.tasks_per_node} < gpus_per_node = {r.gpus_per_node}: "
+                   f"{idle} GPU(s) per node stay idle (one rank per GPU); leave --tasks-per-node unset for "
+                   f"one rank per GPU, or ask for --gpus-per-node {r.tasks_per_node}")
+    if slurm and not r.cpus_per_task and (r.gpus_per_node or num_workers):
+        who = []
+        if num_workers:
+            who.append(f"its {num_workers} DataLoader worker(s) (data.num_workers)")
+        if r.gpus_per_node:
+            who.append("the feeding of its GPU")
+        out.append(f"resources.cpus_per_task is not set: SLURM binds each of the {r.tasks_per_node} rank(s) "
+                   f"per node to 1 core, shared with {' and '.join(who)}; set --cpus-per-task to the "
+                   f"node's cores / {r.tasks_per_node} (e.g. --cpus-per-task {max(40 // r.tasks_per_node, 1)} "
+                   f"on a 40-core node)")
+    return out
+
+
+def local_cuda_devices(visible_env: str | None, gpus: int) -> tuple[str, ...] | None:
+    """The ``CUDA_VISIBLE_DEVICES`` entries the local executor's ranks get for ``gpus`` GPUs, given
+    the submitting process' own ``CUDA_VISIBLE_DEVICES`` (``visible_env``; None: unset).
+
+    submitit's local executor exports ``CUDA_VISIBLE_DEVICES=0,...,gpus-1`` to the ranks, which
+    are the machine's first GPUs, not the ones this process was given (``CUDA_VISIBLE_DEVICES=2,3``
+    by a scheduler or by hand, or GPU/MIG UUIDs). So the ranks get the first ``gpus`` entries of the
+    caller's list, as torch numbers them; None when the caller's variable is unset (then 0..gpus-1
+    are the machine's GPUs) or no GPU is used (submitit then exports an empty list: CPU ranks)."""
+    if visible_env is None or gpus == 0:
+        return None
+    entries = tuple(e.strip() for e in visible_env.split(",") if e.strip())
+    return entries[:gpus]
+
+
 # ------------------------------------------------------------------------------------ submitit
 def make_executor(resources: SlurmResources, cluster: str, folder: str | Path, python: str | None = None,
                   **params: Any):
@@ -102,6 +165,17 @@ def make_executor(resources: SlurmResources, cluster: str, folder: str | Path, p
     interpreter). ``params``: further submitit parameters (``slurm_array_parallelism``)."""
     import submitit
 
+    if cluster == "local":
+        # The local executor itself (what AutoExecutor(cluster="local") wraps), so that the GPUs its
+        # ranks see can be set: submitit exports CUDA_VISIBLE_DEVICES=",".join(visible_gpus[:gpus_per_node])
+        # to them, and its parameter check takes integers only, so the entries (indices or UUIDs)
+        # go into the parameters after it. tests/test_launch.py checks what a launched job sees.
+        local = submitit.LocalExecutor(folder=str(folder))
+        local.update_parameters(**resources.submitit_parameters(cluster), **params)
+        devices = local_cuda_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), resources.gpus_per_node)
+        if devices is not None:
+            local.parameters["visible_gpus"] = devices
+        return local
     kwargs = {"slurm_python": python} if python and cluster == "slurm" else {}
     ex = submitit.AutoExecutor(folder=str(folder), cluster=cluster, **kwargs)
     ex.update_parameters(**resources.submitit_parameters(cluster), **params)

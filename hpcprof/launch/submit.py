@@ -2,9 +2,9 @@
 DDP ResNet, or your own code (--entry pkg.module:function, or --script train.py -- ARGS; it uses
 hpcprof.run(), see the README's "Your own training script").
 
-    python -m hpcprof.submit --job jobs/demo-local.toml                  # local, 2 CPU ranks (gloo)
+    python -m hpcprof.submit --job jobs/demo-local.toml     # local: a rank per GPU, or 2 CPU ranks (gloo)
     python -m hpcprof.submit --script train.py --train-steps 100 -- --lr 0.1
-    python -m hpcprof.submit --nodes 2 --gpus-per-node 4 --partition gpu_p13 \\
+    python -m hpcprof.submit --nodes 2 --gpus-per-node 4 --cpus-per-task 10 --partition gpu_p13 \\
         --account abc@v100 --qos qos_gpu-dev --job jobs/resnet50-2nodes.toml --wait
 
 Executors: slurm (submitit SlurmExecutor), local (ranks as processes on this machine), debug (one
@@ -32,7 +32,7 @@ from ..rundir import RunDir, RunDirError, default_run_name
 from ..rundir import manifest as run_manifest
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, split_passthrough, validate_run_name
-from .executors import LaunchError, choose_executor, make_executor, resolve_resources
+from .executors import LaunchError, choose_executor, geometry_warnings, make_executor, resolve_resources
 from .outcome import (Interrupted, ended_by_scheduler, first_failure, quiet_pdb, record_outcome, refuse_existing,
                       remove_never_started, signals_ignored, signals_raise, stop_local_job, submission_error)
 
@@ -62,6 +62,8 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print) -> Launch:
     executor, why = choose_executor(spec.resources.cluster)
     log(f"hpcprof: executor {executor} ({why})")
     spec = resolve_resources(spec, executor)
+    for warning in geometry_warnings(spec.resources, spec.data.num_workers, slurm=executor == "slurm"):
+        print(f"hpcprof: warning: {warning}", file=sys.stderr)
     world = spec.resources.nodes * spec.resources.tasks_per_node
     name = spec.name or default_run_name(spec, world)
     validate_run_name(name, "--name")

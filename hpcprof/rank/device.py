@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 
 class DeviceError(RuntimeError):
@@ -19,18 +20,42 @@ class DeviceError(RuntimeError):
     a precision the GPU lacks). The message is one line naming what was requested and what was found."""
 
 
-def gpus_requested(spec_gpus_per_node: int, env: dict) -> int:
-    """How many GPUs per node this job asked for: the spec's ``resources.gpus_per_node``, else what
-    SLURM says it allocated (``SLURM_GPUS_ON_NODE``, ``SLURM_GPUS_PER_NODE``, ``SLURM_JOB_GPUS``).
-    0: a CPU job (``CUDA_VISIBLE_DEVICES`` alone is not a request: desktops set it too)."""
+def gpus_requested(env: Mapping[str, str], spec_gpus_per_node: int = 0) -> int:
+    """How many GPUs per node this job asked for: the spec's ``resources.gpus_per_node`` when set,
+    else what SLURM says it allocated to this node (``SLURM_GPUS_ON_NODE``, ``SLURM_GPUS_PER_NODE``,
+    else the count of ``SLURM_JOB_GPUS``: global ids, older SLURM). 0: a CPU job
+    (``CUDA_VISIBLE_DEVICES`` alone is not a request: desktops set it too)."""
     if spec_gpus_per_node > 0:
         return spec_gpus_per_node
     for key in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
-        value = str(env.get(key, "")).split(":")[-1].split("(")[0]
+        value = str(env.get(key, "")).strip().split(":")[-1].split("(")[0]
         if value.isdigit() and int(value) > 0:
             return int(value)
-    jobs = str(env.get("SLURM_JOB_GPUS", "")).strip()
-    return len([g for g in jobs.split(",") if g.strip()]) if jobs else 0
+    ids = [x for x in str(env.get("SLURM_JOB_GPUS", "")).split(",") if x.strip()]
+    return len(ids)
+
+
+def cuda_problem(requested: int, torch_version: str, cuda_version: str | None, available: bool,
+                 device_count: int) -> str | None:
+    """Why torch cannot use ``requested`` GPUs, in one line, or None when it can (or none was
+    requested). ``cuda_version``: ``torch.version.cuda`` (None for a CPU-only build). The one wording
+    of this refusal: the rank (:func:`choose_device`) and the batch script's pre-flight
+    (hpcprof.slurm.preflight) both say it."""
+    if requested <= 0:
+        return None
+    build = f"torch {torch_version} built for CUDA {cuda_version}" if cuda_version else \
+        f"torch {torch_version} is a CPU-only build (torch.version.cuda is None)"
+    if not available:
+        fix = ("load a CUDA build of PyTorch (module avail pytorch-gpu) or pip install a CUDA wheel"
+               if not cuda_version else
+               f"the node's NVIDIA driver is missing or older than CUDA {cuda_version} (nvidia-smi shows the "
+               f"CUDA version the driver supports): use a PyTorch built for that driver, or run without GPUs "
+               f"(--gpus-per-node 0)")
+        return f"{requested} GPU(s) requested but torch.cuda.is_available() is False: {build}; {fix}"
+    if device_count < requested:
+        return (f"{requested} GPU(s) requested but torch sees {device_count} ({build}); "
+                f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}")
+    return None
 
 
 def choose_device(*, requested_gpus: int, cuda_available: bool, device_count: int, local_rank: int,
@@ -38,19 +63,14 @@ def choose_device(*, requested_gpus: int, cuda_available: bool, device_count: in
     """("cuda", index) or ("cpu", None) for this rank.
 
     - GPUs requested but torch cannot use CUDA (a CPU-only torch, a driver older than the wheel's
-      CUDA, no device visible): refuse, never fall back to CPU silently (the job would "succeed" 50x
-      slower on gloo).
+      CUDA, no device visible): refuse (:func:`cuda_problem`), never fall back to CPU silently (the
+      job would "succeed" 50x slower on gloo).
     - More local ranks than visible GPUs: refuse (``local_rank % device_count`` would put two ranks
       on one GPU without a word).
-    - No GPU requested and none visible: CPU. No GPU requested but CUDA visible (a local run on a GPU
-      machine whose resolution asked for none): one GPU per local rank when there are enough."""
+    - No GPU requested and none visible: CPU. No GPU requested but CUDA visible (a torchrun on a GPU
+      machine): one GPU per local rank when there are enough, else CPU."""
     if requested_gpus > 0 and (not cuda_available or device_count == 0):
-        why = ("this torch has no CUDA support (a CPU-only build)" if not torch_cuda else
-               f"torch {torch_version} (CUDA {torch_cuda}) sees no usable GPU: check the driver "
-               "(nvidia-smi; it must support that CUDA version) and CUDA_VISIBLE_DEVICES="
-               f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}")
-        raise DeviceError(f"{requested_gpus} GPU(s) per node requested, but {why}; "
-                          "install a torch build for this machine's CUDA driver, or run without GPUs (--gpus-per-node 0)")
+        raise DeviceError(cuda_problem(requested_gpus, torch_version, torch_cuda, cuda_available, device_count))
     if not cuda_available or device_count == 0:
         return "cpu", None
     if local_rank >= device_count or local_world_size > device_count:

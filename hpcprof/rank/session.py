@@ -147,7 +147,7 @@ class Run:
         self._entered = True
         spec = self.spec
         self.renv = renv = detect_rank_env()
-        requested = gpus_requested(spec.resources.gpus_per_node, os.environ)
+        requested = gpus_requested(os.environ, spec.resources.gpus_per_node)
         kind, index = choose_device(requested_gpus=requested, cuda_available=torch.cuda.is_available(),
                                     device_count=torch.cuda.device_count() if torch.cuda.is_available() else 0,
                                     local_rank=renv.local_rank, local_world_size=renv.local_world_size,

@@ -125,13 +125,31 @@ class SlurmResources:
                                      "character; give one line per entry")
         return self
 
+    # ------------------------------------------------------------------ srun
+    def srun_options(self) -> list[str]:
+        """The options of the ``srun`` that starts the tasks, the one definition for both launch
+        paths: ``python -m hpcprof.submit`` hands them to submitit (``slurm_srun_args``) and
+        ``python -m hpcprof.sbatch`` writes them into the script (``SRUN_OPTIONS``, with the
+        template's ``--cpus-per-task`` when the spec leaves it open).
+
+        - ``--kill-on-bad-exit=1``: a task that exits non-zero ends the step at once; otherwise its
+          peers wait in their next collective until the process-group timeout.
+        - ``--cpus-per-task=N`` when set: SLURM 22.05 to 23.02 no longer pass the job's
+          ``--cpus-per-task`` on to ``srun``, whose tasks then get one core each (a rank and all its
+          DataLoader workers on one core)."""
+        options = ["--kill-on-bad-exit=1"]
+        if self.cpus_per_task:
+            options.append(f"--cpus-per-task={self.cpus_per_task}")
+        return options
+
     # ------------------------------------------------------------------ submitit
     def submitit_parameters(self, cluster: str = "slurm") -> dict[str, Any]:
         """The keyword arguments of ``submitit.AutoExecutor.update_parameters`` for these resources.
 
         ``cluster`` is submitit's executor ("slurm", "local", "debug"): the SLURM-only keys
         (partition, CPUs, memory, extra options, setup lines) go to SLURM only; empty values are
-        left out so the cluster's defaults apply. ``tasks_per_node`` must be resolved (non-zero)."""
+        left out so the cluster's defaults apply; ``srun``'s options are :meth:`srun_options`.
+        ``tasks_per_node`` must be resolved (non-zero)."""
         params: dict[str, Any] = {
             "timeout_min": self.time_min,
             "nodes": self.nodes,
@@ -155,6 +173,7 @@ class SlurmResources:
                 k: True if v in ("", "true") else v for k, v in self.slurm_extra.items()}
         if self.setup:
             params["slurm_setup"] = list(self.setup)
+        params["slurm_srun_args"] = self.srun_options()
         return params
 
 

@@ -6,24 +6,37 @@
 
 Templates live in ``slurm/<name>.sbatch`` of the repository, shipped in the package as
 ``hpcprof.slurm.templates`` (see :func:`templates_dir`): each is a working script on its own,
-documented at its top. Rendering replaces three marked blocks of the template:
+documented at its top. Rendering replaces four marked blocks of the template:
 
-- ``hpcprof:sbatch``: the ``#SBATCH`` lines. The template's lines are the defaults; every resource
-  the spec sets (nodes, tasks per node, GPUs, CPUs per task, partition, account, QoS, constraint,
-  memory, time, job name, ``slurm_extra``) replaces or adds its line.
-- ``hpcprof:setup``: the environment, replaced when ``--module``, ``--venv`` or the spec's
-  ``resources.setup`` lines are given. ``--venv`` also sets the one-line hint that the template's
-  check prints when the ranks' python cannot ``import hpcprof`` (the script stops there, before
-  ``srun``, with exit 1: a job without hpcprof would otherwise fail once per rank, in N logs).
+- ``hpcprof:sbatch``: the ``#SBATCH`` lines. The template's lines are the defaults and describe the
+  machine (GPUs, tasks per node, CPUs per task, ``--hint``); every resource the spec sets (nodes,
+  tasks per node, GPUs, CPUs per task, partition, account, QoS, constraint, memory, time, job name,
+  ``slurm_extra``) replaces or adds its line. Job files describe the work and leave the machine's
+  geometry to the template; flags override it.
+- ``hpcprof:setup``: the environment. ``--module`` replaces the template's ``module`` lines;
+  ``--venv`` and the spec's ``resources.setup`` lines come after them (a venv made with
+  ``--system-site-packages`` on the site's PyTorch module needs that module loaded). ``--venv``
+  also sets the one-line hint that the template's check prints when the ranks' python cannot
+  ``import hpcprof`` (the script stops there, before ``srun``, with exit 1: a job without hpcprof
+  would otherwise fail once per rank, in N logs); :mod:`.preflight` then checks torch, the rank
+  code and the GPUs the same way.
 - ``hpcprof:args``: ``RUNS_DIR``, ``RUN_NAME`` and the spec as flags for ``python -m hpcprof.train``.
+- ``hpcprof:srun``: ``SRUN_OPTIONS``, the options of the ``srun`` starting the ranks:
+  :meth:`SlurmResources.srun_options <hpcprof.slurm.resources.SlurmResources.srun_options>` of what
+  the ``#SBATCH`` lines ask for, the same definition ``python -m hpcprof.submit`` hands to submitit.
+
+What the rendered geometry wastes (GPUs no rank uses, ranks bound to one core) is printed as a
+warning (:func:`hpcprof.launch.executors.geometry_warnings`); the script is still written.
 
 Every value is validated before anything is written: a value holding shell syntax (``;``, ``$``,
 backticks, quotes, newlines, redirections...) is refused with an error naming the field. Values in
 the script are then shell-quoted (``shlex.quote``) as well.
 
-About 350 lines: the three block renderers, the checks guarding every value they write, and the
-CLI. The checks stay here because only rendering needs them (the values' field-level rules are in
-:mod:`hpcprof.slurm.resources`; the resolution of ranks and GPUs in :mod:`hpcprof.launch.executors`).
+About 430 lines: the four block renderers, the checks guarding every value they write, and the
+CLI (the seam, should it grow: the ``#SBATCH`` options, :func:`sbatch_options` to
+:func:`script_resources`, with the checks they share). The checks stay here because only rendering
+needs them (the values' field-level rules are in :mod:`hpcprof.slurm.resources`; the resolution of
+ranks and GPUs in :mod:`hpcprof.launch.executors`).
 """
 
 from __future__ import annotations
@@ -38,10 +51,10 @@ from dataclasses import dataclass
 import importlib.resources
 from pathlib import Path
 
-from ..launch.executors import LaunchError, resolve_resources
+from ..launch.executors import LaunchError, geometry_warnings, resolve_resources
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, override_items, spec_from_args, split_passthrough
-from .resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset
+from .resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset, SlurmResources
 
 TEMPLATE_SUFFIX = ".sbatch"
 GPU_REQUESTS = ("gres", "gpus-per-node")
@@ -128,9 +141,10 @@ class RenderOptions:
 
     template: str = "generic"
     modules: tuple[str, ...] = ()
-    """Modules to load (``module load NAME``), replacing the template's environment block."""
+    """Modules to load (``module load NAME``), replacing the template's ``module`` lines of its
+    environment block (empty: the template's stay)."""
     venv: str = ""
-    """A virtual environment to activate (``source VENV/bin/activate``)."""
+    """A virtual environment to activate (``source VENV/bin/activate``), after the modules."""
     gpu_request: str = ""
     """How GPUs are requested: "gres" (``--gres=gpu:N``) or "gpus-per-node"; default: as the
     template does, else gres."""
@@ -171,14 +185,9 @@ def sbatch_options(spec: JobSpec, template_opts: dict[str, str | None],
     set_opt("nodes", str(r.nodes))
 
     # GPUs: the spec's count replaces the template's, in the template's form unless asked otherwise.
-    template_gpus = 0
-    if opts.get("gres"):
-        m = re.fullmatch(r"gpu(?::[A-Za-z0-9_-]+)?:(\d+)", opts["gres"] or "")
-        template_gpus = int(m.group(1)) if m else 0
-    elif opts.get("gpus-per-node"):
-        template_gpus = int(re.sub(r"\D", "", opts["gpus-per-node"] or "") or 0)
+    template_gpus = _gpus_asked(opts)
     # GPUs and ranks per node: resolved as submit resolves them (the template's counts as defaults),
-    # on a copy, so that the ranks' flags keep only what the user set.
+    # on a copy: the spec keeps what the user set (render gives the ranks the script's geometry).
     template_tasks = opts.get("ntasks-per-node") or ""
     resolved = resolve_resources(copy.deepcopy(spec), "slurm", default_gpus=template_gpus,
                                  default_tasks=int(template_tasks) if template_tasks.isdigit() else 0)
@@ -218,11 +227,39 @@ def sbatch_options(spec: JobSpec, template_opts: dict[str, str | None],
     return opts
 
 
-def setup_lines(spec: JobSpec, options: RenderOptions) -> list[str] | None:
-    """The environment block, or None to keep the template's."""
+def _gpus_asked(opts: dict[str, str | None]) -> int:
+    """GPUs per node that #SBATCH options ask for (``--gres=gpu[:type]:N`` or ``--gpus-per-node``)."""
+    if opts.get("gres"):
+        m = re.fullmatch(r"gpu(?::[A-Za-z0-9_-]+)?:(\d+)", opts["gres"] or "")
+        return int(m.group(1)) if m else 0
+    if opts.get("gpus-per-node"):
+        return int(re.sub(r"\D", "", opts["gpus-per-node"] or "") or 0)
+    return 0
+
+
+def script_resources(opts: dict[str, str | None]) -> SlurmResources:
+    """The geometry the rendered #SBATCH lines ask for (nodes, tasks and GPUs per node, CPUs per
+    task): whichever of the template and the spec set them. The script's srun options and the
+    render warnings come from it, so they describe the job that will run."""
+    def number(key: str, default: int) -> int:
+        value = opts.get(key) or ""
+        return int(value) if value.isdigit() else default
+
+    return SlurmResources(nodes=number("nodes", 1), tasks_per_node=number("ntasks-per-node", 1),
+                          gpus_per_node=_gpus_asked(opts), cpus_per_task=number("cpus-per-task", 0))
+
+
+def setup_lines(spec: JobSpec, options: RenderOptions, template_body: str = "") -> list[str] | None:
+    """The environment block, or None to keep the template's (``template_body``). The template's
+    ``module`` lines stay unless ``--module`` replaces them: Jean Zay's ``module purge`` comes before
+    the block, so a venv alone would leave the job without the PyTorch module its
+    ``--system-site-packages`` venv was made on."""
     lines: list[str] = []
-    for i, module in enumerate(options.modules):
-        lines.append("module load " + shlex.quote(check_value(f"--module (#{i + 1})", module)))
+    if options.modules:
+        for i, module in enumerate(options.modules):
+            lines.append("module load " + shlex.quote(check_value(f"--module (#{i + 1})", module)))
+    elif options.venv or spec.resources.setup:
+        lines += [line for line in template_body.splitlines() if line.split()[:1] == ["module"]]
     if options.venv:
         venv = check_value("--venv", options.venv.rstrip("/") or "/")
         activate = shlex.quote(venv + "/bin/activate")
@@ -265,26 +302,36 @@ def rank_flags(spec: JobSpec) -> list[tuple[str, str | None]]:
     return out
 
 
-def render(spec: JobSpec, options: RenderOptions, command: list[str] | None = None) -> str:
-    """The rendered script as text; raises RenderError (naming the field) on any unsafe value."""
+def render(spec: JobSpec, options: RenderOptions, command: list[str] | None = None,
+           warnings: list[str] | None = None) -> str:
+    """The rendered script as text; raises RenderError (naming the field) on any unsafe value.
+    What the job's geometry wastes is appended to ``warnings`` when given (one line each)."""
     path = template_path(options.template)
     text = path.read_text()
     blocks = {m.group("name"): m for m in BLOCK_RE.finditer(text)}
-    missing = [b for b in ("sbatch", "setup", "args") if b not in blocks]
+    missing = [b for b in ("sbatch", "setup", "args", "srun") if b not in blocks]
     if missing:
         raise RenderError(f"{path}: template lacks the block(s) "
                           f"{', '.join('# >>> hpcprof:' + b for b in missing)}")
 
     opts = sbatch_options(spec, _parse_sbatch_block(blocks["sbatch"].group("body"), path),
                           options.gpu_request)
-    setup = setup_lines(spec, options)
+    setup = setup_lines(spec, options, blocks["setup"].group("body"))
+    asked = script_resources(opts)
+    if warnings is not None:
+        warnings += geometry_warnings(asked, spec.data.num_workers, slurm=True)
     runs_dir = check_value("runs_dir", spec.runs_dir, WORD, allow_space=True)
     if spec.name:
         run_name = shlex.quote(check_value("name", spec.name, RUN_NAME))
     else:
         label = spec.model.arch if spec.workload.builtin else re.sub(r"[^A-Za-z0-9._-]", "_", spec.workload.label)
         run_name = f"{check_value('model.arch' if spec.workload.builtin else 'workload', label)}-job${{SLURM_JOB_ID}}"
-    flags = rank_flags(spec)
+    # The ranks' spec records the geometry the script asks for, the template's included (their
+    # spec.toml is the run's resolved spec; cpus_per_task also sets their torch threads).
+    for_ranks = copy.deepcopy(spec)
+    for key in ("gpus_per_node", "tasks_per_node", "cpus_per_task"):
+        setattr(for_ranks.resources, key, getattr(asked, key))
+    flags = rank_flags(for_ranks)
 
     sbatch_body = "".join(f"#SBATCH --{k}\n" if v is None else f"#SBATCH --{k}={v}\n"
                           for k, v in opts.items())
@@ -300,7 +347,8 @@ def render(spec: JobSpec, options: RenderOptions, command: list[str] | None = No
                  f"RUN_NAME={run_name}\n"
                  "HPCPROF_ARGS=(\n" + "".join(line + "\n" for line in arg_lines) + ")\n")
 
-    new_bodies = {"sbatch": sbatch_body, "args": args_body}
+    srun_body = "SRUN_OPTIONS=(" + " ".join(shlex.quote(o) for o in asked.srun_options()) + ")\n"
+    new_bodies = {"sbatch": sbatch_body, "args": args_body, "srun": srun_body}
     if setup is not None:
         new_bodies["setup"] = "".join(line + "\n" for line in setup)
     text = BLOCK_RE.sub(lambda m: m.group("open") + new_bodies.get(m.group("name"), m.group("body"))
@@ -366,10 +414,13 @@ def main(argv: list[str] | None = None) -> int:
         check_workload(spec)
         options = RenderOptions(template=args.template, modules=tuple(args.modules),
                                 venv=args.venv, gpu_request=args.gpu_request)
-        text = render(spec, options, command=["python", "-m", "hpcprof.sbatch", *argv])
+        warnings: list[str] = []
+        text = render(spec, options, command=["python", "-m", "hpcprof.sbatch", *argv], warnings=warnings)
     except (SpecError, RenderError, LaunchError) as exc:
         print(f"hpcprof.sbatch: error: {exc}", file=sys.stderr)
         return 2
+    for line in warnings:
+        print(f"hpcprof.sbatch: warning: {line}", file=sys.stderr)
     if args.output:
         out = Path(args.output)
         try:

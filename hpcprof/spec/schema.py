@@ -123,8 +123,9 @@ class Train:
     """SGD learning rate."""
     momentum: float = 0.9
     """SGD momentum."""
-    zero_grad_set_to_none: bool = False
-    """optimizer.zero_grad(set_to_none=True): frees gradients instead of zero-filling them."""
+    zero_grad_set_to_none: bool = True
+    """optimizer.zero_grad(set_to_none=...): True (PyTorch's default since 2.0) frees the gradients
+    between steps; False zero-fills them, one memset kernel per parameter tensor every step."""
     seed: int = 0
     """Random seed (model init and synthetic data)."""
     pg_timeout_s: int = 300

@@ -56,6 +56,12 @@ def test_submit_two_nodes_two_tasks_per_node(slurm_cluster, tmp_path):
     assert m["executor"] == "slurm" and m["world_size"] == 4 and m["backend"] == "gloo"
     assert all(step_numbers(run, r) == [0, 1, 2, 3] for r in range(4))
     assert slurm_cluster.wait_job(m["job_id"], timeout=60) == "COMPLETED"
+    # submitit's srun carries the options the templates use (SlurmResources.srun_options). The cores
+    # matter where SLURM binds tasks (task/affinity, task/cgroup) and is 22.05 to 23.02; this cluster
+    # (22.05, task/none) gives a step the job's CPUs either way, so the script is what shows it.
+    script = (run / "logs" / f"{m['job_id']}_submission.sh").read_text()
+    srun = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 1 and "--kill-on-bad-exit=1 --cpus-per-task=1" in srun[0], script
 
 
 def test_generic_template_rendered_for_local_partition_runs_with_plain_sbatch(slurm_cluster, tmp_path):
@@ -268,6 +274,24 @@ def test_crash_on_node_n2_fails_submit_fast_naming_rank_node_and_log(slurm_clust
         assert step_numbers(run, r)[:2] == [0, 1], f"rank {r} lost its step file"
     assert manifest(run)["job_id"]
     assert slurm_cluster.wait_job(manifest(run)["job_id"], timeout=60) in ("FAILED", "CANCELLED")
+
+
+def test_submitit_job_ends_within_seconds_when_a_rank_exits_while_a_peer_is_busy(slurm_cluster, tmp_path):
+    """srun --kill-on-bad-exit=1 on the submitit path: rank 3 raises at step 0 while rank 1 is in a
+    240 s host sleep (no collective to fail in). Without the option rank 1 sleeps on and the job
+    lasts at least 240 s; with it SLURM kills the step at once (KillWait is 2 s here)."""
+    runs = tmp_path / "runs"
+    t0 = time.monotonic()
+    res = subprocess.run(submit_cmd(slurm_cluster, runs, "killed", "--train-steps", "4",
+                                    "--inject-crash", "3:0", "--inject-straggler", "1:240000",
+                                    "--train-pg-timeout-s", "300", "--wait"),
+                         env=slurm_cluster.env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
+    elapsed = time.monotonic() - t0
+    assert res.returncode != 0, res.stdout
+    assert elapsed < 120, f"submit --wait took {elapsed:.0f} s: the sleeping rank outlived the failed one"
+    assert "rank 3 on node n2 failed at step 0" in res.stdout, res.stdout
+    job = manifest(runs / "killed")["job_id"]
+    assert slurm_cluster.wait_job(job, timeout=60) in ("FAILED", "CANCELLED")
 
 
 def test_crash_in_sbatch_template_job_fails_it_and_the_failure_note_names_rank_node_and_log(
