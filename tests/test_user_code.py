@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, USER_SCRIPT
+from helpers import USER_SCRIPT
 from hpcprof.analysis import analyze
 from hpcprof.rundir import RunDir
 

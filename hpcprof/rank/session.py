@@ -32,7 +32,6 @@ Importable with torch alone: nothing here imports submitit or the analysis side.
 from __future__ import annotations
 
 import collections.abc
-import datetime
 import os
 import re
 import sys
@@ -44,19 +43,16 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-from ..rundir import KNOWN_REGIONS, RunDir, StepRecord, StepWriter
-from ..rundir import manifest as run_manifest
-from ..rundir.manifest import Clock, RankEntry, record_attempt
+from ..rundir import KNOWN_REGIONS, StepRecord, StepWriter
 from ..rundir.records import REGION_NAME_RE
 from ..spec import JobSpec, SpecError, apply_values, validate_run_name
 from .control import ControlChannel
-from .device import DeviceError, choose_device, gpus_requested, nccl_environment
+from .device import DeviceError
 from .drills import RankDrills
-from .env import RankEnv, collect_versions, cpu_threads, detect_rank_env, device_name, init_process_group, node_cpus, pin_to_own_cores
-from .failures import FailureContext, PeerWatch, disable_fatal_log, enable_fatal_log
-from .preemption import requeue
+from .failures import PeerWatch, disable_fatal_log, enable_fatal_log
+from .preemption import Preempted, requeue
 from .profiling import make_profiler
-from .preemption import Preempted
+from .startup import start_rank
 from .timing import StepTimer
 
 _REGION_RE = re.compile(REGION_NAME_RE)
@@ -145,94 +141,28 @@ class Run:
         if self._entered:
             raise HpcprofUsageError("this hpcprof.run() session was entered already; call hpcprof.run() once per process")
         self._entered = True
-        spec = self.spec
-        self.renv = renv = detect_rank_env()
-        requested = gpus_requested(os.environ, spec.resources.gpus_per_node)
-        kind, index = choose_device(requested_gpus=requested, cuda_available=torch.cuda.is_available(),
-                                    device_count=torch.cuda.device_count() if torch.cuda.is_available() else 0,
-                                    local_rank=renv.local_rank, local_world_size=renv.local_world_size,
-                                    torch_version=torch.__version__, torch_cuda=torch.version.cuda)
-        self.device = torch.device(kind, index) if index is not None else torch.device(kind)
-        """This rank's device: its GPU (one per local rank) or the CPU."""
+        rank = start_rank(self.spec, self._run_root, self._log, self._launched)
+        self.renv, self.device, self.backend, self.run = rank.renv, rank.device, rank.backend, rank.run
         self.use_cuda = self.device.type == "cuda"
-        if self.use_cuda:
-            torch.cuda.set_device(self.device)
-        self.backend = "nccl" if self.use_cuda else "gloo"
-        self.node_cpus = node_cpus()  # before pinning narrows this process's affinity
-        if not self.use_cuda and self._launched:
-            pin_to_own_cores(renv)
-            torch.set_num_threads(cpu_threads(spec.resources.cpus_per_task, renv))
-        timeout = datetime.timedelta(seconds=spec.train.pg_timeout_s)
-        if dist.is_initialized():
-            self.backend = dist.get_backend()
-        else:
-            if self.use_cuda and self._run_root:
-                self._nccl_env(self._run_root)
-            init_process_group(renv, self.backend, spec.train.pg_timeout_s, self.device)
-            self._owns_pg = True
-        # A small CPU-side group for control messages (preemption, triggered profiling, the final
-        # barrier): they never queue behind NCCL kernels, and it has the job's timeout, not gloo's 30 min.
-        self.ctrl_group = dist.new_group(backend="gloo", timeout=timeout)
-        self.agree_group = dist.new_group(backend="gloo", timeout=timeout)
-        self.run = RunDir(self._run_root) if self._run_root else self._agree_run_dir()
-        if self.use_cuda and not self._run_root:
-            self._nccl_env(str(self.run.root))  # late, but before the first NCCL communicator exists
-        self.run.ensure_layout()
-        self.failure = FailureContext(self.run, renv.rank, renv.node, FailureContext.log_for_rank(self._log, renv.rank))
-        self._fatal = enable_fatal_log(self.run, renv.rank)
-        entries = self._gather_rank_entries()
+        self.ctrl_group, self.agree_group, self._owns_pg = rank.ctrl_group, rank.agree_group, rank.owns_pg
+        self.failure = rank.failure
+        self._fatal = enable_fatal_log(self.run, self.rank)
         if self.run.checkpoint_path.exists():
             self._resume = torch.load(self.run.checkpoint_path, map_location="cpu", weights_only=False)
             self.start_step = int(self._resume["step"]) + 1
             self.epoch = int(self._resume.get("epoch", 0))
         self._next_step = self.start_step
-        if renv.rank == 0:
-            if not self.run.spec_path.exists():
-                self.run.write_spec(spec)
-            record_attempt(self.run, spec, world_size=renv.world_size, launcher=renv.launcher, job_id=renv.job_id,
-                           backend=self.backend, device=self.device.type, versions=collect_versions(), ranks=entries,
-                           resumed_from_step=self.start_step if self._resume else None)
-        self.drills = RankDrills.for_rank(spec.drills, renv.rank, renv.node)
-        self.writer = StepWriter(self.run.steps_path(renv.rank), keep_until_step=self.start_step)
+        if self.rank == 0:
+            rank.record_attempt(self.spec, resumed_from_step=self.start_step if self._resume else None)
+        self.drills = RankDrills.for_rank(self.spec.drills, self.rank, self.node)
+        self.writer = StepWriter(self.run.steps_path(self.rank), keep_until_step=self.start_step)
         self.timer = StepTimer(self.writer, self.use_cuda)
-        self.control = ControlChannel(self.ctrl_group, self.agree_group, renv.world_size)
-        self.prof = make_profiler(spec.profiler, self.run, renv.rank, self.use_cuda, self.start_step,
+        self.control = ControlChannel(self.ctrl_group, self.agree_group, self.world_size)
+        self.prof = make_profiler(self.spec.profiler, self.run, self.rank, self.use_cuda, self.start_step,
                                   self.drills.clock_skew_ms)
         self.prof.__enter__()
         self._peer_watch = PeerWatch(self.failure, on_stop=lambda: self.timer.close(block=False)).start()
         return self
-
-    def _nccl_env(self, root: str) -> None:
-        extra = nccl_environment(root, os.environ)
-        if "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" in extra:
-            Path(extra["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]).parent.mkdir(parents=True, exist_ok=True)
-        os.environ.update(extra)
-
-    def _agree_run_dir(self) -> RunDir:
-        """No launcher said where the run goes: rank 0 names it, every rank gets the name."""
-        spec, renv = self.spec, self.renv
-        name = spec.name
-        if not name:
-            label = spec.workload.label if not spec.workload.builtin else _script_label()
-            job = os.environ.get("SLURM_JOB_ID")
-            name = f"{label}-job{job}" if job else f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
-            name = re.sub(r"[^A-Za-z0-9._-]", "_", name)
-        box = [name]
-        dist.broadcast_object_list(box, src=0, group=self.ctrl_group)
-        spec.name = box[0]
-        return RunDir.for_spec(spec, box[0])
-
-    def _gather_rank_entries(self) -> list[RankEntry]:
-        """Every rank reads its clocks right after the same barrier; rank 0 gets all entries."""
-        dist.barrier(group=self.ctrl_group)
-        clock = Clock(wall_ns=time.time_ns(), monotonic_ns=time.monotonic_ns(), after_barrier=True)
-        renv = self.renv
-        entry = RankEntry(rank=renv.rank, local_rank=renv.local_rank, node=renv.node, device=str(self.device),
-                          device_name=device_name(self.device), pid=os.getpid(), launcher=renv.launcher,
-                          slurm=renv.slurm, clock=clock, cpu_threads=torch.get_num_threads(), node_cpus=self.node_cpus)
-        entries: list[Any] = [None] * renv.world_size
-        dist.all_gather_object(entries, entry, group=self.ctrl_group)
-        return entries
 
     # ------------------------------------------------------------------ checkpoint
     def checkpoint(self, obj: Any = None, *, save: Callable[[], Any] | None = None,
@@ -474,14 +404,6 @@ def _device_idle() -> bool:
         return bool(torch.cuda.current_stream().query())
     except Exception:
         return False
-
-
-def _script_label() -> str:
-    """The running script's stem (``train`` for ``python train.py``), for run names."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv and sys.argv[0] else "run")
-    stem = Path(path).stem
-    return stem if stem not in ("", "-c", "__main__") else "run"
 
 
 # ------------------------------------------------------------------ the public entry point

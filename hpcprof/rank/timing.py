@@ -26,7 +26,7 @@ import torch
 from torch.profiler import record_function
 
 from ..rundir import StepRecord, StepWriter
-from ..rundir.records import KNOWN_REGIONS, region_label
+from ..rundir.records import region_label
 
 
 class StepTimer:
