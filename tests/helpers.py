@@ -139,7 +139,8 @@ def drill_truth(steps: Path | dict[int, list[dict]], warmup_steps: int = 3, prof
     the whole run still carried +/-15 ms for a 60 ms drill; neighbours share the drift.
 
     Per global step, the job's step time is the median over ranks of `step_s` (each rank's record
-    of the step; the ranks synchronise in every step, so a late rank lengthens all of them). A
+    of the step; the ranks synchronise in every step, so a late rank lengthens all of them), or of
+    `gpu_ms` on a GPU run (the GPU's clock: the host's time is a launch time there). A
     step is drilled when some rank slept in it (`drill_sleep_s` > 0). Steps below `warmup_steps`
     are left out (first iterations allocate and warm caches). The truth is the median, over the
     drilled steps, of the job step time minus the mean of its undrilled neighbours (the steps just
@@ -185,7 +186,9 @@ def drill_truth(steps: Path | dict[int, list[dict]], warmup_steps: int = 3, prof
         if step < warmup_steps:
             continue
         slept_in[step] = any(float(r["drill_sleep_s"]) > 0 for r in recs)
-        job[step] = statistics.median(float(r["step_s"]) for r in recs) * 1e3
+        # on a GPU the step's time is the GPU's (gpu_ms): the host's step_s is a launch time there
+        gpu = [float(r["gpu_ms"]) for r in recs if r.get("gpu_ms") is not None]
+        job[step] = statistics.median(gpu) if len(gpu) == len(recs) else statistics.median(float(r["step_s"]) for r in recs) * 1e3
         if any(r["profiled"] for r in recs):
             profiled_steps.add(step)
             drilled_profiled += slept_in[step]

@@ -105,3 +105,20 @@ def test_drill_added_cost_is_the_truths_statistic_on_the_per_step_costs():
     assert (added, n_d, n_u) == (pytest.approx(60.0), 3, 3)
     with pytest.raises(AssertionError, match="no drilled step next to an undrilled one"):
         drill_added_cost({4: 70.0, 6: 65.0}, truth)
+
+
+def test_on_a_gpu_the_truth_is_on_the_gpu_clock():
+    """A GPU run: the host issues every step in 5 ms (it runs ahead), the GPU's clock has the drill's
+    60 ms in every second step; the truth is read from gpu_ms."""
+    import helpers
+
+    recs = {}
+    for rank in (0, 1):
+        recs[rank] = []
+        for s in range(20):
+            drilled = s % 2 == 0
+            recs[rank].append({"step": s, "rank": rank, "step_s": 0.005, "gpu_ms": 100.0 + (60.0 if drilled else 0.0),
+                               "drill_sleep_s": 0.06 if (drilled and rank == 1) else 0.0, "profiled": 4 <= s < 14,
+                               "epoch": 0, "t_start": 0.0, "t_end": 0.0})
+    truth = helpers.drill_truth(recs)
+    assert truth.truth_ms == 60.0 and truth.uncertainty_ms == 0.0

@@ -20,6 +20,8 @@ import re
 
 import pandas as pd
 
+from .step_stats import GPU_CLOCK, step_seconds, step_time_source
+
 from .idle_outliers import idle_outliers, outlier_recommendation
 from .whatif import BASE_THRESHOLD_TEXT
 
@@ -61,10 +63,15 @@ def recommendations(
     # 1. data loading share of the step
     share, src = None, ""
     if not jsonl.empty and "data_wait_s" in jsonl and "step_s" in jsonl:
-        g = jsonl.groupby("rank")
-        per = (g["data_wait_s"].sum() / g["step_s"].sum() * 100).dropna()
+        # the loader's host time over the step's time (on a GPU, the GPU clock's: the host's step
+        # time is a launch time there); the copy to the device is apart (the copy region)
+        source = step_time_source(jsonl)
+        d = jsonl.assign(_step=step_seconds(jsonl, source), _data=pd.to_numeric(jsonl["data_wait_s"], errors="coerce"))
+        g = d.groupby("rank")
+        per = (g["_data"].sum() / g["_step"].sum() * 100).dropna()
         if len(per):
-            share, src, worst = float(per.median()), "steps/*.jsonl data_wait_s / step_s", int(per.idxmax())
+            what = "gpu_ms" if source == GPU_CLOCK else "step_s"
+            share, src, worst = float(per.median()), f"steps/*.jsonl data_wait_s / {what}", int(per.idxmax())
     if share is None and not steps_trace.empty:
         g = steps_trace.groupby("rank")
         per = (g["data_loading_ms"].sum() / g["dur_ms"].sum() * 100).dropna()
