@@ -57,11 +57,11 @@ class ControlChannel:
     """Rounds on the control group, the preemption flag and the agreed stop step.
 
     ``extra_payload``: a callable returning the ``extra_len`` floats this rank adds to a round (the
-    triggered profiler's timings), or None. ``on_round``: called with every completed
-    :class:`Round`, in order, on every rank."""
+    triggered profiler's timings), or None. ``on_round(round, step)``: called with every completed
+    :class:`Round`, in order, on every rank, and the step boundary at which this rank reads it."""
 
     def __init__(self, group, agree_group, world_size: int, extra_payload: Callable[[], list[float]] | None = None,
-                 extra_len: int = 0, on_round: Callable[[Round], None] | None = None, install_signal: bool = True):
+                 extra_len: int = 0, on_round: Callable[[Round, int], None] | None = None, install_signal: bool = True):
         self.group = group
         self.agree_group = agree_group
         self.world_size = world_size
@@ -107,7 +107,7 @@ class ControlChannel:
             if rnd.preempt and self.stop_step is None:
                 self.stop_step = self.agree(step)
             if self.on_round is not None:
-                self.on_round(rnd)
+                self.on_round(rnd, step)
 
     def agree(self, step: int, ahead: int = 0) -> int:
         """Every rank: the largest current step, plus `ahead` (blocking; see the module docstring)."""

@@ -46,8 +46,13 @@ class NullProfiler:
 class RankProfiler:
     """torch.profiler.profile configured from the spec for one rank."""
 
-    def __init__(self, cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int = 0, clock_skew_ms: float = 0.0):
+    def __init__(self, cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int = 0, clock_skew_ms: float = 0.0,
+                 captures=None):
+        """`captures`: a hpcprof.rank.trigger.CaptureSchedule (mode "triggered"): the windows the run
+        decides, written to traces/ (the baseline, capture 0) and traces/capture-<k>/; None: the
+        spec's fixed schedule, cycle k to traces/cycle-<k>/."""
         self.cfg, self.run, self.rank = cfg, run, rank
+        self.captures = captures
         self.clock_skew_ms = clock_skew_ms  # the clock-skew drill: timestamps shifted before the rename
         self.cycles_written = 0
         self.export_s = 0.0
@@ -57,7 +62,8 @@ class RankProfiler:
             import torch
 
             torch.cuda.memory._record_memory_history(max_entries=100_000)
-        self._schedule = schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat)
+        self._schedule = captures if captures is not None else \
+            schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
         self.prof = profile(
             activities=activities,
@@ -80,8 +86,12 @@ class RankProfiler:
     def _write_trace(self, prof) -> None:
         t = time.perf_counter()
         last_step = prof.step_num - 1
-        cycle = self._cycle_of(last_step)
-        final = self.run.trace_path(self.rank, cycle)
+        if self.captures is not None:
+            cycle = self.captures.capture_of(last_step) or 0
+            final = self.run.capture_trace_path(self.rank, cycle)
+        else:
+            cycle = self._cycle_of(last_step)
+            final = self.run.trace_path(self.rank, cycle)
         with temporary_then_rename(self.run.trace_tmp_path(self.rank, cycle), final) as tmp:
             prof.export_chrome_trace(str(tmp))  # ".gz" suffix: torch writes gzip
             if self.clock_skew_ms:
@@ -107,9 +117,10 @@ class RankProfiler:
         self.prof.step()
 
 
-def make_profiler(cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int, clock_skew_ms: float = 0.0):
+def make_profiler(cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int, clock_skew_ms: float = 0.0,
+                  captures=None):
     if not cfg.enabled:
         p = NullProfiler()
         p.step_num = start_step
         return p
-    return RankProfiler(cfg, run, rank, use_cuda, start_step, clock_skew_ms)
+    return RankProfiler(cfg, run, rank, use_cuda, start_step, clock_skew_ms, captures)

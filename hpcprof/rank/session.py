@@ -54,6 +54,7 @@ from .preemption import Preempted, requeue
 from .profiling import make_profiler
 from .startup import start_rank
 from .timing import StepTimer
+from .trigger import TriggerRuntime
 
 _REGION_RE = re.compile(REGION_NAME_RE)
 
@@ -157,9 +158,17 @@ class Run:
         self.drills = RankDrills.for_rank(self.spec.drills, self.rank, self.node)
         self.writer = StepWriter(self.run.steps_path(self.rank), keep_until_step=self.start_step)
         self.timer = StepTimer(self.writer, self.use_cuda)
-        self.control = ControlChannel(self.ctrl_group, self.agree_group, self.world_size)
-        self.prof = make_profiler(self.spec.profiler, self.run, self.rank, self.use_cuda, self.start_step,
-                                  self.drills.clock_skew_ms)
+        p = self.spec.profiler
+        self.trigger = TriggerRuntime(p, self.run, self.rank, self.world_size, self.start_step) \
+            if p.enabled and p.mode == "triggered" else None
+        t = self.trigger
+        self.control = ControlChannel(self.ctrl_group, self.agree_group, self.world_size,
+                                      extra_payload=t.payload if t else None, extra_len=t.EXTRA if t else 0,
+                                      on_round=t.on_round if t else None)
+        if t is not None:
+            t.control = self.control
+        self.prof = make_profiler(p, self.run, self.rank, self.use_cuda, self.start_step, self.drills.clock_skew_ms,
+                                  captures=t.schedule if t else None)
         self.prof.__enter__()
         self._peer_watch = PeerWatch(self.failure, on_stop=lambda: self.timer.close(block=False)).start()
         return self
@@ -243,12 +252,14 @@ class Run:
             host_pre_forward_s=(ff - self._t0) if ff else None, drill_sleep_s=self._drill_s,
             forward_s=known["forward"], backward_s=known["backward"], optimizer_s=known["optimizer"],
             batch_size=self.batch_size, profiled=self._profiled, copy_s=known["copy"],
-            regions={k: v for k, v in r.items() if k not in KNOWN_REGIONS},
+            regions={k: v for k, v in r.items() if k not in KNOWN_REGIONS}, blocked_s=self.timer.blocked_s,
         )
 
     def _advance(self, rec: StepRecord) -> None:
         """After the step: the profiler's step (a trace is written when a window ends: timed into the
         record), then the record goes to the writer."""
+        if self.trigger is not None:
+            self.trigger.step_done(rec.step_s - rec.blocked_s, rec.step_s)
         before = self.prof.export_s
         self.prof.step()
         rec.trace_export_s = self.prof.export_s - before

@@ -29,6 +29,11 @@ from ..rundir import StepRecord, StepWriter
 from ..rundir.records import region_label
 
 
+OWN_REGIONS = ("data", "copy")
+"""Regions whose waits are the rank's own (the input pipeline, its own device): not counted as
+waiting for other ranks."""
+
+
 class StepTimer:
     """The open step's host timings and the GPU boundary events; writes each step's record."""
 
@@ -40,6 +45,7 @@ class StepTimer:
         self._open_event = None
         self._closing = None
         self.region_s: dict[str, float] = {}
+        self.blocked_s = 0.0
         self.first_forward: float | None = None
         self.t0 = 0.0
 
@@ -48,6 +54,7 @@ class StepTimer:
         """Mark the step's start on the host clock (and the first GPU boundary, before the first step).
         Returns the host start."""
         self.region_s = {}
+        self.blocked_s = 0.0
         self.first_forward = None
         if self.use_cuda and self._open_event is None:
             self._boundary()
@@ -65,15 +72,23 @@ class StepTimer:
     @contextmanager
     def region(self, name: str) -> Iterator[None]:
         """A named region of the open step: a ``record_function`` range in the trace and host time
-        in the step record (a region entered twice in one step adds up)."""
+        in the step record (a region entered twice in one step adds up). In the regions where the
+        training's collectives run (every region but ``data`` and ``copy``), the time the thread was
+        blocked (wall time minus the thread's CPU time) adds to ``blocked_s``: waiting for other
+        ranks (hpcprof.rank.trigger)."""
         t = time.perf_counter()
+        waits = name not in OWN_REGIONS
+        c = time.thread_time() if waits else 0.0
         if name == "forward" and self.first_forward is None:
             self.first_forward = t
         try:
             with record_function(region_label(name)):
                 yield
         finally:
-            self.region_s[name] = self.region_s.get(name, 0.0) + time.perf_counter() - t
+            wall = time.perf_counter() - t
+            self.region_s[name] = self.region_s.get(name, 0.0) + wall
+            if waits:
+                self.blocked_s += max(0.0, wall - (time.thread_time() - c))
 
     def finish(self, record: StepRecord) -> None:
         """The step's record: written at once on CPU; on a GPU once its GPU time is known."""

@@ -7,6 +7,7 @@
 
 from .layout import (
     ANALYSIS_DIR,
+    CAPTURE_DIR_TEMPLATE,
     CHECKPOINT_FILE,
     CYCLE_DIR_TEMPLATE,
     FAILURE_TEMPLATE,
@@ -20,6 +21,7 @@ from .layout import (
     TRACE_TEMPLATE,
     TRACE_TMP_DIR,
     TRACES_DIR,
+    TRIGGERS_FILE,
     RunDir,
     RunDirError,
     atomic_write_text,
@@ -47,8 +49,8 @@ from .records import (
 )
 
 __all__ = [
-    "ANALYSIS_DIR", "CHECKPOINT_FILE", "CYCLE_DIR_TEMPLATE", "FAILURE_TEMPLATE", "FAILURES_DIR", "FATAL_TEMPLATE", "LOGS_DIR",
-    "MANIFEST_FILE", "SPEC_FILE", "STEPS_DIR", "STEPS_TEMPLATE", "TRACE_TEMPLATE", "TRACE_TMP_DIR", "TRACES_DIR",
+    "ANALYSIS_DIR", "CAPTURE_DIR_TEMPLATE", "CHECKPOINT_FILE", "CYCLE_DIR_TEMPLATE", "FAILURE_TEMPLATE", "FAILURES_DIR", "FATAL_TEMPLATE", "LOGS_DIR",
+    "MANIFEST_FILE", "SPEC_FILE", "STEPS_DIR", "STEPS_TEMPLATE", "TRACE_TEMPLATE", "TRACE_TMP_DIR", "TRACES_DIR", "TRIGGERS_FILE",
     "RunDir", "RunDirError", "atomic_write_text", "default_run_name", "rank_from_name", "read_jsonl",
     "temporary_then_rename",
     "Attempt", "Clock", "Drills", "Manifest", "RankEntry", "Versions",

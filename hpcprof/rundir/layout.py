@@ -26,6 +26,10 @@ MANIFEST_FILE = "manifest.json"
 TRACES_DIR = "traces"
 TRACE_TEMPLATE = "rank-{rank}.pt.trace.json.gz"
 CYCLE_DIR_TEMPLATE = "cycle-{cycle}"
+CAPTURE_DIR_TEMPLATE = "capture-{capture}"
+"""Profiler mode "triggered": capture k > 0 goes to traces/capture-<k>/ (capture 0, the baseline, to traces/)."""
+TRIGGERS_FILE = "triggers.jsonl"
+"""Profiler mode "triggered": steps/triggers.jsonl, one line per decision (rank 0 writes it)."""
 TRACE_TMP_DIR = ".tmp"
 STEPS_DIR = "steps"
 STEPS_TEMPLATE = "rank-{rank}.jsonl"
@@ -126,6 +130,17 @@ class RunDir:
     def trace_path(self, rank: int, cycle: int = 0) -> Path:
         folder = self.traces_dir if cycle == 0 else self.traces_dir / CYCLE_DIR_TEMPLATE.format(cycle=cycle)
         return folder / TRACE_TEMPLATE.format(rank=rank)
+
+    def capture_dir(self, capture: int) -> Path:
+        """traces/ for the baseline (capture 0), traces/capture-<k>/ for capture k."""
+        return self.traces_dir if capture == 0 else self.traces_dir / CAPTURE_DIR_TEMPLATE.format(capture=capture)
+
+    def capture_trace_path(self, rank: int, capture: int) -> Path:
+        return self.capture_dir(capture) / TRACE_TEMPLATE.format(rank=rank)
+
+    @property
+    def triggers_path(self) -> Path:
+        return self.steps_dir / TRIGGERS_FILE
 
     def trace_tmp_path(self, rank: int, cycle: int = 0) -> Path:
         return self.traces_dir / TRACE_TMP_DIR / f"c{cycle}-{TRACE_TEMPLATE.format(rank=rank)}"

@@ -151,6 +151,26 @@ class Attempt:
 
 
 @dataclass
+class Capture:
+    """A profiler window of mode "triggered" (hpcprof.rank.trigger): why it was taken and where it is."""
+
+    index: int
+    """0: the baseline (traces/); k > 0: traces/capture-<k>/."""
+    kind: str
+    """baseline, rank (a rank turned slow) or job (the job's step time rose)."""
+    steps: list[int]
+    """[first warm-up step, last active step]."""
+    folder: str
+    """Its traces, relative to the run directory."""
+    rank: int | None = None
+    score_ms: float | None = None
+    threshold_ms: float | None = None
+    history_ms: float | None = None
+    window: list[int] | None = None
+    """[first, last] step of the scoring window that completed the evidence."""
+
+
+@dataclass
 class Versions:
     hpcprof: str | None = None
     python: str | None = None
@@ -188,6 +208,8 @@ class Manifest:
     versions: Versions = field(default_factory=Versions)
     ranks: list[RankEntry] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    captures: list[Capture] = field(default_factory=list)
+    """Profiler mode "triggered": the windows captured so far (rank 0 appends each as it is decided)."""
     outcome: Outcome | None = None
     """Written by the launcher at the end (see :class:`Outcome`); null while running."""
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -211,7 +233,7 @@ class Manifest:
 
 
 MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, ClockSkewDrill, Versions, RankEntry, Clock, Attempt, Outcome,
-                  FirstFailure)
+                  FirstFailure, Capture)
 """Every record type of manifest.json (docs/contract.md is checked against their fields)."""
 
 
@@ -315,5 +337,13 @@ def record_attempt(run: RunDir, spec, *, world_size: int, launcher: str, job_id:
     manifest.versions = versions
     manifest.ranks = ranks
     manifest.attempts.append(Attempt(started=now_iso(), resumed_from_step=resumed_from_step, job_id=job_id))
+    write(run, manifest)
+    return manifest
+
+
+def record_capture(run: RunDir, capture: Capture) -> Manifest:
+    """Rank 0, during a triggered run: one more capture (re-read first, written atomically)."""
+    manifest = load(run) or Manifest(name=run.name)
+    manifest.captures = [c for c in manifest.captures if c.index != capture.index] + [capture]
     write(run, manifest)
     return manifest

@@ -89,6 +89,10 @@ class StepRecord:
     trace_export_s: float = 0.0
     """Host time the profiler spent right after this step writing a trace (the end of a profiling
     window); 0 in every other step. This step and the next are not steady state."""
+    blocked_s: float = 0.0
+    """Host time the rank's main thread was blocked (wall minus its CPU time) inside the step's regions
+    other than data and copy: mostly waiting for the other ranks in collectives. step_s - blocked_s
+    is the rank's own time in the step (what the triggered profiler compares across ranks)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in STEP_KEYS}

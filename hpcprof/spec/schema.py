@@ -30,6 +30,7 @@ Cluster = Literal["auto", "slurm", "local", "debug"]
 Arch = Literal["resnet18", "resnet34", "resnet50", "resnet101"]
 DataSource = Literal["synthetic", "fakedata", "imagefolder"]
 AmpMode = Literal["off", "auto", "bf16", "fp16"]
+ProfilerMode = Literal["schedule", "triggered"]
 
 CLUSTERS: tuple[str, ...] = typing.get_args(Cluster)
 ARCHS: tuple[str, ...] = typing.get_args(Arch)
@@ -144,12 +145,18 @@ class Profiler:
 
     enabled: bool = True
     """Profile at all (False: step timings only)."""
+    mode: ProfilerMode = "schedule"
+    """"schedule": the fixed wait/warmup/active/repeat windows. "triggered": a baseline window early
+    (its first warm-up step is `wait`, at least 2), then a window on every rank at once whenever the
+    step records show that a rank has turned slow, or the whole job has (hpcprof.rank.trigger):
+    the ranks share their step timings in the control rounds, and each capture (warm-up + active
+    steps) goes to traces/capture-<k>/, with why it was taken in the manifest and steps/triggers.jsonl."""
     wait: int = 1
-    """Schedule: steps skipped before warm-up."""
+    """Schedule: steps skipped before warm-up (triggered: the baseline window's first step, at least 2)."""
     warmup: int = 1
-    """Schedule: warm-up steps (traced, then discarded)."""
+    """Schedule: warm-up steps (traced, then discarded); triggered: of every capture."""
     active: int = 3
-    """Schedule: steps recorded in the trace."""
+    """Schedule: steps recorded in the trace; triggered: of every capture."""
     repeat: int = 1
     """Schedule: number of wait/warmup/active cycles. Cycle 0 goes to traces/, cycle k > 0 to
     traces/cycle-<k>/, so each folder stays one trace per rank."""
@@ -165,6 +172,25 @@ class Profiler:
     """GPU only: record the CUDA caching allocator's history from the start and write a memory
     snapshot per rank (memory/rank-<r>.pickle, for https://pytorch.org/memory_viz) when the first
     profiling window ends."""
+    trigger_window: int = 0
+    """Triggered: steps per scoring window (every rank's lateness is scored over each window of this
+    many steps). 0: chosen from the step time, about one second (at least 5 steps, at most 200)."""
+    trigger_windows: int = 2
+    """Triggered: consecutive slow windows before a capture (and healthy windows before a slowdown
+    counts as over)."""
+    trigger_threshold_pct: float = 10.0
+    """Triggered: a rank has turned slow when its lateness (its own time in the step, waits for the
+    others left out, minus the others' median) exceeds max(trigger_min_ms, this % of the step), and
+    exceeds its own lateness in its recent history by as much."""
+    trigger_min_ms: float = 1.0
+    """Triggered: the smallest lateness that can count, in ms."""
+    trigger_job_pct: float = 50.0
+    """Triggered: the whole job has turned slow when its step time (the slowest rank's) rose by this
+    % over its own recent median, in trigger_windows windows running."""
+    max_captures: int = 3
+    """Triggered: captures after the baseline window, at most, per job."""
+    min_gap_steps: int = 50
+    """Triggered: steps at least between the end of a capture and the start of the next."""
 
 
 @dataclass
@@ -388,6 +414,10 @@ class JobSpec:
             ("profiler.warmup", p.warmup, 0),
             ("profiler.active", p.active, 1),
             ("profiler.repeat", p.repeat, 1),
+            ("profiler.trigger_window", p.trigger_window, 0),
+            ("profiler.trigger_windows", p.trigger_windows, 1),
+            ("profiler.max_captures", p.max_captures, 0),
+            ("profiler.min_gap_steps", p.min_gap_steps, 0),
         ]:
             if value < low:
                 raise SpecError(f"{key} must be >= {low}, got {value}")
@@ -416,8 +446,15 @@ class JobSpec:
                 f"data.dataset_size = {d.dataset_size} is smaller than one global batch "
                 f"(batch_size {d.batch_size} x {self.world_size} ranks)"
             )
+        for key, value in (("profiler.trigger_threshold_pct", p.trigger_threshold_pct),
+                           ("profiler.trigger_min_ms", p.trigger_min_ms), ("profiler.trigger_job_pct", p.trigger_job_pct)):
+            if not (value >= 0 and value < float("inf")):  # also refuses NaN
+                raise SpecError(f"{key} must be a finite number >= 0, got {value}")
+        if p.enabled and p.mode == "triggered" and p.repeat != 1:
+            raise SpecError("profiler.repeat applies to mode 'schedule'; in mode 'triggered' the captures are "
+                            "decided by the run (profiler.max_captures bounds them)")
         if p.enabled:
-            needed = p.wait + p.warmup + p.active
+            needed = (max(p.wait, 2) if p.mode == "triggered" else p.wait) + p.warmup + p.active
             if t.steps < needed * p.repeat:
                 raise SpecError(
                     f"train.steps = {t.steps} is fewer than the profiler schedule needs: (wait {p.wait} + "
