@@ -122,3 +122,18 @@ def test_the_capture_schedule_is_warmup_then_active_steps():
                        ProfilerAction.RECORD_AND_SAVE, ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD,
                        ProfilerAction.RECORD_AND_SAVE]
     assert sched.capture_of(133) == 1 and sched.capture_of(4) == 0 and sched.capture_of(50) is None
+
+
+def test_a_periodic_straggler_counts_at_its_average_and_one_hiccup_does_not():
+    p = TriggerPolicy(settings(), world=2)
+    feed(p, range(0, 100))
+    late_every_second = []
+    for s in range(100, 140):  # rank 1 late by 60 ms in every second step
+        late_every_second += feed(p, range(s, s + 1), late={1: 60.0 if s % 2 == 0 else 0.0}, seed=s)
+    assert [(d.kind, d.rank) for _, d in late_every_second] == [("rank", 1)]
+    assert late_every_second[0][1].score_ms == pytest.approx(30.0, abs=14.0)
+    q = TriggerPolicy(settings(), world=2)
+    hiccups = []
+    for s in range(0, 200):  # one step in 5 is 100 ms late on rank 1: never a slowdown
+        hiccups += feed(q, range(s, s + 1), late={1: 100.0 if s % 5 == 0 else 0.0}, seed=s)
+    assert hiccups == []

@@ -13,8 +13,8 @@ what-if cost measures after the fact.
 
 How a decision is taken (:class:`TriggerPolicy`, a pure function of the gathered rounds, hence the
 same on every rank): the steps are cut into windows of ``trigger_window`` steps. In each window,
-each rank's lateness is the median over the window's steps of its own time minus the others'
-median. A rank is slow in a window when its lateness exceeds the threshold, max(trigger_min_ms,
+each rank's lateness is the trimmed mean (:func:`trimmed_mean`) over the window's steps of its own
+time minus the others' median. A rank is slow in a window when its lateness exceeds the threshold, max(trigger_min_ms,
 trigger_threshold_pct % of the window's median step time), and exceeds its own median lateness
 of its recent healthy windows by as much (its history: a rank that has always been a little late
 is not "turning slow"). The job is slow in a window when its step time rose by trigger_job_pct %
@@ -167,9 +167,9 @@ class TriggerPolicy:
         threshold = max(st.min_ms, st.threshold_pct / 100.0 * job_med)
         decisions: list[Decision] = []
         for r in range(self.world):
-            late = statistics.median(
+            late = trimmed_mean([
                 self.own[s][r] - statistics.median([x for i, x in enumerate(self.own[s]) if i != r] or [0.0])
-                for s in steps)
+                for s in steps])
             hist = self.lateness_history[r]
             base = statistics.median(hist[-HISTORY_WINDOWS:]) if hist else 0.0
             slow = late > threshold and late - base > threshold
@@ -230,6 +230,16 @@ class TriggerPolicy:
         self.captures_taken += 1
         self.last_capture_end = last
         self.busy_until = last
+
+
+def trimmed_mean(values: list[float]) -> float:
+    """The mean without the largest and the smallest value (from 5 values on): one hiccup of a step
+    does not move it, and a rank late in every second step (a periodic straggler) still counts, at
+    half its delay, where a median would say 0 or all of it by the window's parity."""
+    v = sorted(values)
+    if len(v) >= 5:
+        v = v[1:-1]
+    return sum(v) / len(v)
 
 
 class CaptureSchedule:
