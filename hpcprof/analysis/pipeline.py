@@ -29,6 +29,8 @@ from .outputs.summary import build_summary, clean, write_summary
 from .outputs.tables import output_tables, write_tables
 from .outputs.timeline_trace import merged_timeline
 from .ranks.result import RankResult
+from .captures import analyze_captures, manifest_captures, run_series, summarize_captures
+from .outputs.run_timeline import run_timeline_chart
 from .ranks.select import select_ranks
 from .reduce.crossrank import reduce_ranks
 from .reduce.views import rank_views
@@ -49,12 +51,16 @@ def analyze(
     slurm=None,
     timeline_steps: Iterable[int] | None = None,
     timeline_max_events: int | None = None,
+    traces: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Analyse a run directory or a folder of Kineto traces; write outputs; return the summary dict.
 
     `executor`: "local" (`workers` processes here) or "slurm" (a job array; `slurm`: its
     executors.slurm_array.SlurmOptions). `timeline_steps`: the profiled steps of the merged timeline
-    (default all); `timeline_max_events`: its size budget (outputs/timeline_trace.py)."""
+    (default all); `timeline_max_events`: its size budget (outputs/timeline_trace.py). `traces`:
+    the folder of traces to analyse when not the run's traces/ (a capture of a triggered run, with
+    the run's manifest and step records). A triggered run's captures are analysed apart, each into
+    <out>/capture-<k>/, and summarised in `captures` (hpcprof.analysis.captures)."""
     timeline_steps = sorted({int(s) for s in timeline_steps}) if timeline_steps is not None else None
     src = Path(path)
     if not src.exists():
@@ -81,7 +87,7 @@ def analyze(
         if state.partial:
             raise AnalysisError(f"{state.describe()}; no trace yet in {run.traces_dir} (each rank writes one after "
                                 "its profiled steps): analyse again later")
-    files = _traces(src, ranks, is_run)
+    files = _traces(Path(traces) if traces is not None else src, ranks, is_run)
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
     digests, key = cache.inputs_key(src, files, ranks, options=f"timeline={timeline_steps}/{timeline_max_events}")
     if use_cache:
@@ -90,13 +96,22 @@ def analyze(
             if console:
                 print(console_summary(hit))
             return hit
+    captured: dict[int, dict] = {}
+    if traces is None and any(c["index"] > 0 for c in manifest_captures(manifest)):
+        def analyze_one(src_, out, traces):
+            return analyze(src_, out=out, workers=workers, use_cache=use_cache, ranks=ranks, cache_dir=cdir,
+                           progress=progress, executor=executor, slurm=slurm, timeline_max_events=timeline_max_events,
+                           traces=traces)
+
+        captured = analyze_captures(src, out_dir.root, manifest, analyze_one, warnings)
     results = run_map(executor, files, cdir, use_cache, workers=n_workers, progress=progress, digests=digests,
                       slurm=slurm, log_dir=out_dir.slurm_logs)
     keep, world_size = select_ranks(results, manifest, ranks, warnings)
     if not keep:
         raise AnalysisError("nothing could be analysed:\n  " + "\n  ".join(warnings or ["no usable trace"]))
 
-    summary = _reduce_and_write(src, out_dir, keep, manifest, world_size, warnings, timeline_steps, timeline_max_events)
+    summary = _reduce_and_write(src, out_dir, keep, manifest, world_size, warnings, timeline_steps, timeline_max_events,
+                                captured=captured if traces is None else None)
     summary["cache"] = {
         "dir": str(cdir),
         "analysis_version": cache.ANALYSIS_VERSION,
@@ -137,7 +152,7 @@ def _traces(src: Path, ranks: Iterable[int] | None, is_run: bool) -> list[Path]:
 
 def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], manifest: dict, world_size,
                       warnings: list[str], timeline_steps: list[int] | None = None,
-                      timeline_max_events: int | None = None) -> dict[str, Any]:
+                      timeline_max_events: int | None = None, captured: dict[int, dict] | None = None) -> dict[str, Any]:
     """Reduce, then write tables, charts and report.html; return the summary (not yet written)."""
     charts = Charts()  # forks now: matplotlib loads while the reduce runs
     try:
@@ -151,6 +166,13 @@ def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], 
         write_tables(tables, out.tables)  # while the charts are drawn
         summary = build_summary(src, out, red, manifest, world_size, warnings, plots)
         summary.update(clock_alignment=clocks.to_dict(), timeline=timeline, charts_left_out=omitted)
+        summary["captures"] = None
+        if captured is not None and manifest_captures(manifest):
+            summary["captures"] = summarize_captures(RunDir(src), summary, captured, manifest, out.root)
+            chart = run_timeline_chart(run_series(RunDir(src)), summary["captures"], out.plots / "run_timeline.png")
+            if chart is not None:
+                plots["run_timeline"] = chart
+                summary["outputs"]["plots"]["run_timeline"] = str(chart)
         charts.wait()  # the report embeds the images
         write_report(out.root, clean(summary), tables, plots, omitted, manifest)
         return summary

@@ -38,6 +38,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..spec.schema import TRIGGER_BASELINE_MIN_STEP
+
 HISTORY_WINDOWS = 10
 """Windows of the past a rank's lateness and the job's step time are compared with."""
 AUTO_WINDOW_S = 1.0
@@ -92,7 +94,7 @@ class TriggerSettings:
     @classmethod
     def from_profiler(cls, p) -> "TriggerSettings":
         return cls(p.trigger_window, p.trigger_windows, p.trigger_threshold_pct, p.trigger_min_ms, p.trigger_job_pct,
-                   p.max_captures, p.min_gap_steps, p.warmup, p.active, max(p.wait, 2))
+                   p.max_captures, p.min_gap_steps, p.warmup, p.active, max(p.wait, TRIGGER_BASELINE_MIN_STEP))
 
 
 @dataclass

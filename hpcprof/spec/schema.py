@@ -31,6 +31,9 @@ Arch = Literal["resnet18", "resnet34", "resnet50", "resnet101"]
 DataSource = Literal["synthetic", "fakedata", "imagefolder"]
 AmpMode = Literal["off", "auto", "bf16", "fp16"]
 ProfilerMode = Literal["schedule", "triggered"]
+TRIGGER_BASELINE_MIN_STEP = 10
+"""Profiler mode "triggered": the baseline window starts at profiler.wait, but not before this step
+(the first steps of a run are start-up: allocator, caches, DDP's bucket rebuild, the profiler's own)."""
 
 CLUSTERS: tuple[str, ...] = typing.get_args(Cluster)
 ARCHS: tuple[str, ...] = typing.get_args(Arch)
@@ -147,12 +150,12 @@ class Profiler:
     """Profile at all (False: step timings only)."""
     mode: ProfilerMode = "schedule"
     """"schedule": the fixed wait/warmup/active/repeat windows. "triggered": a baseline window early
-    (its first warm-up step is `wait`, at least 2), then a window on every rank at once whenever the
+    (its first warm-up step is `wait`, at least 10), then a window on every rank at once whenever the
     step records show that a rank has turned slow, or the whole job has (hpcprof.rank.trigger):
     the ranks share their step timings in the control rounds, and each capture (warm-up + active
     steps) goes to traces/capture-<k>/, with why it was taken in the manifest and steps/triggers.jsonl."""
     wait: int = 1
-    """Schedule: steps skipped before warm-up (triggered: the baseline window's first step, at least 2)."""
+    """Schedule: steps skipped before warm-up (triggered: the baseline window's first step, at least 10)."""
     warmup: int = 1
     """Schedule: warm-up steps (traced, then discarded); triggered: of every capture."""
     active: int = 3
@@ -454,7 +457,7 @@ class JobSpec:
             raise SpecError("profiler.repeat applies to mode 'schedule'; in mode 'triggered' the captures are "
                             "decided by the run (profiler.max_captures bounds them)")
         if p.enabled:
-            needed = (max(p.wait, 2) if p.mode == "triggered" else p.wait) + p.warmup + p.active
+            needed = (max(p.wait, TRIGGER_BASELINE_MIN_STEP) if p.mode == "triggered" else p.wait) + p.warmup + p.active
             if t.steps < needed * p.repeat:
                 raise SpecError(
                     f"train.steps = {t.steps} is fewer than the profiler schedule needs: (wait {p.wait} + "

@@ -37,6 +37,16 @@ def console_summary(summary: dict) -> str:
         lines.append(f"top recommendation: {r['title']}\n  evidence: {r['evidence']}")
     if summary["warnings"]:
         lines.append(f"{len(summary['warnings'])} warning(s); first: {summary['warnings'][0]}")
+    for c in summary.get("captures") or []:
+        if c.get("kind") == "baseline":
+            continue
+        top = (c.get("stragglers") or [None])[0]
+        found = f"rank {top['rank']} costs {top.get('cost_ms_per_step')} ms/step, cause {top.get('cause')}" if top else "no straggler"
+        vs = c.get("vs_baseline") or {}
+        change = f"; step time {vs['change_pct']:+.1f}% vs the baseline ({vs['verdict']})" if vs.get("change_pct") is not None else ""
+        why = f"rank {c.get('rank')} turned slow" if c.get("kind") == "rank" else "the job turned slow"
+        lines.append(f"capture {c['index']} (steps {c['steps'][0]}-{c['steps'][1]}, {why}): {found}{change}; "
+                     f"report {c.get('report')}")
     lines.append(f"report: {summary['outputs']['report']}")
     return "\n".join(lines)
 

@@ -34,6 +34,7 @@ img{max-width:100%;border:1px solid #eee;margin:.5em 0}code{background:#f3f3f3;p
 nav.toc ol{columns:2;margin:.3em 0}details pre{max-height:40em;overflow:auto;background:#f8f8f8;padding:.6em;font-size:12px}"""
 
 SECTIONS = (
+    ("captures", "The whole run and its captures"),
     ("stragglers", "Stragglers"),
     ("throughput", "Throughput and step time"),
     ("recommendations", "Recommendations"),
@@ -66,6 +67,36 @@ def _regions_table(stats: pd.DataFrame | None) -> str:
         return ""
     return ("<p>Host time per region of the step, median ms per step (<code>run.region(name)</code>; "
             "regions marked <i>yours</i> are the training code's own):</p>" + table(pd.DataFrame(rows)))
+
+
+def _captures_section(caps: list[dict], plots: dict) -> str:
+    """A triggered run: the whole run's step time with the captures marked, then per capture why it
+    was taken, what its analysis found and how its step time compares with the baseline's."""
+    body = ("<p>This run profiled itself when a rank (or the whole job) turned slow (profiler mode "
+            "<code>triggered</code>). The sections below this one are the baseline window's; each capture has "
+            "its own report.</p>")
+    if plots.get("run_timeline"):
+        body += _img(Path(plots["run_timeline"]), "step time of the whole run with the captures")
+    rows = []
+    for c in caps:
+        top = (c.get("stragglers") or [None])[0]
+        found = (f"rank {top['rank']} ({top.get('node') or 'unknown node'}): {num(top.get('cost_ms_per_step'))} ms/step, "
+                 f"cause {top.get('cause')}") if top else ("no straggler" if c.get("report") else c.get("error") or "")
+        why = {"baseline": "baseline, early in the run",
+               "rank": f"rank {c.get('rank')} late by {num(c.get('score_ms'))} ms (threshold {num(c.get('threshold_ms'))} ms) "
+                       f"in steps {c['window'][0]}-{c['window'][1]}" if c.get("window") else "a rank turned slow",
+               "job": f"the job's step time rose by {num(c.get('score_ms'))} ms"}.get(c.get("kind"), str(c.get("kind")))
+        vs = c.get("vs_baseline") or {}
+        change = (f"{vs['change_pct']:+.1f}% [{vs['ci_pct'][0]:+.1f}, {vs['ci_pct'][1]:+.1f}] ({vs['verdict']})"
+                  if vs.get("change_pct") is not None and vs.get("ci_pct") else "")
+        link = f"<a href='{esc(c['report'])}'>report</a>" if c.get("report") else ""
+        rows.append(f"<tr><td>{esc(c['index'])}</td><td class='l'>{esc(why)}</td><td>{esc(c['steps'][0])}-{esc(c['steps'][1])}</td>"
+                    f"<td class='l'>{esc(found)}</td><td>{num(c.get('job_step_ms'))}</td><td class='l'>{esc(change)}</td>"
+                    f"<td class='l'>{link}</td></tr>")
+    body += ("<div class='scroll'><table><thead><tr><th>capture</th><th class='l'>why</th><th>steps</th>"
+             "<th class='l'>finding</th><th>step ms</th><th class='l'>step time vs baseline [95% interval]</th>"
+             "<th class='l'></th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+    return body
 
 
 STEP_TIME_SOURCES = {
@@ -219,14 +250,17 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     cfg = run_config(manifest, s)
     p.append("<section id='config'><h2>Run configuration</h2><dl class='cfg'>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in cfg) + "</dl></section>")
     recs = s.get("recommendations") or []
-    shown = [(k, t) for k, t in SECTIONS if k != "recommendations" or recs]
+    caps = s.get("captures") or []
+    shown = [(k, t) for k, t in SECTIONS if (k != "recommendations" or recs) and (k != "captures" or caps)]
     p.append("<nav class='toc'><h2>Contents</h2><ol>" + "".join(f"<li><a href='#{k}'>{esc(t)}</a></li>" for k, t in shown) + "</ol></nav>")
 
     def section(key: str, body: str) -> None:
         title = dict(SECTIONS)[key]
         p.append(f"<section id='{key}'><h2>{esc(title)}</h2>{body}</section>")
 
-    # stragglers
+    if caps:
+        section("captures", _captures_section(caps, plots))
+    # stragglers (of the baseline window, for a triggered run)
     strag = s.get("stragglers") or []
     body = ""
     if strag:
