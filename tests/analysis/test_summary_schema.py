@@ -10,6 +10,7 @@ without the page (or the reverse) fails here, naming the block and the keys."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +41,9 @@ WHERE = {
     "ClockHost": lambda s: s["clock_alignment"]["hosts"],
     "Timeline": lambda s: [s["timeline"]] if "error" not in s["timeline"] else [],
     "Cache": lambda s: [s["cache"]],
+    "Capture": lambda s: s.get("captures") or [],
+    "CaptureFinding": lambda s: [f for c in (s.get("captures") or []) for f in c["stragglers"]],
+    "CaptureChange": lambda s: [c["vs_baseline"] for c in (s.get("captures") or []) if c["vs_baseline"]],
 }
 
 
@@ -72,8 +76,30 @@ def test_every_block_of_the_page_is_checked_and_every_summary_key_is_documented(
     assert sorted(doc) == sorted(WHERE), "blocks of docs/summary-json.md differ from the ones this test checks"
 
 
-def test_documented_keys_are_exactly_those_written(straggler_summary, run_with_steps):  # noqa: F811
-    written = [straggler_summary, analyze(run_with_steps, progress=False)]
+@pytest.fixture(scope="module")
+def triggered_summary(straggler_summary, tmp_path_factory) -> dict:
+    """A triggered run's analysis, built from real traces: the sampled set as its baseline window
+    (traces/) and its drilled copy (rank 1 stalled) as capture 1, with the manifest's captures."""
+    import json
+    import shutil
+
+    tmp = tmp_path_factory.mktemp("triggered")
+    run = tmp / "run"
+    shutil.copytree(require(SAMPLED), run / "traces")
+    shutil.copytree(Path(straggler_summary["source"]), run / "traces" / "capture-1")
+    steps = [1, 2]
+    manifest = {"name": "run", "spec": {"profiler": {"warmup": 0}}, "captures": [
+        {"index": 0, "kind": "baseline", "steps": steps, "folder": "traces"},
+        {"index": 1, "kind": "rank", "rank": 1, "score_ms": 50.0, "threshold_ms": 5.0, "history_ms": 0.0,
+         "window": [40, 44], "steps": steps, "folder": "traces/capture-1"}]}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    s = analyze(run, out=tmp / "analysis", progress=False, workers=2)
+    assert [c["index"] for c in s["captures"]] == [0, 1] and s["captures"][1]["stragglers"]
+    return s
+
+
+def test_documented_keys_are_exactly_those_written(straggler_summary, triggered_summary, run_with_steps):  # noqa: F811
+    written = [straggler_summary, analyze(run_with_steps, progress=False), triggered_summary]
     assert written[1]["throughput"], "the run with step records must give a throughput to check"
     doc = blocks(SCHEMA.read_text())
     for name, keys in doc.items():
