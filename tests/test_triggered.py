@@ -82,14 +82,21 @@ def test_the_captures_analysis_names_rank1_with_host_gap_and_its_in_run_cost(tri
     records = {r: [x for x in run.read_steps(r) if lo <= x["step"] <= hi] for r in (0, 1)}
     truth = drill_truth(records, warmup_steps=0, profiled_only=True)
     require_resolved_truth(truth, drill_ms=60.0)
-    summary = analyze(run.root / capture["folder"], out=tmp_path / "capture", progress=False)
+    top = analyze(run.root, out=tmp_path / "a", progress=False)  # the baseline, and each capture apart
+    entry = top["captures"][1]
+    assert entry["index"] == 1 and entry["stragglers"][0]["rank"] == 1 and entry["stragglers"][0]["cause"] == "host_gap"
+    assert entry["vs_baseline"]["verdict"] == "slower", entry  # the capture's steps against the baseline's
+    summary = json.loads((tmp_path / "a" / entry["report"]).with_name("summary.json").read_text())
     figure = assert_straggler_drill_verdict(summary, truth, rank=1, run=run.root)
-    print(f"triggered capture: {figure}")
+    print(f"triggered capture: {figure}; step time {entry['vs_baseline']['change_pct']:+.1f}% vs the baseline")
+    report = (tmp_path / "a" / "report.html").read_text()
+    assert report.index("id='captures'") < report.index("id='stragglers'")  # the report opens with the whole run
+    assert "run_timeline" in top["outputs"]["plots"]
 
 
 def test_the_baseline_window_flags_nobody_or_says_why(triggered_runs, tmp_path):
     run = triggered_runs["turns_slow"]
-    summary = analyze(run.root / "traces", out=tmp_path / "baseline", progress=False)
+    summary = analyze(run.root, out=tmp_path / "baseline", progress=False)  # its top level is the baseline's
     for flag in summary["stragglers"]:  # a real slowdown of a core in the baseline: its cause says which
         assert flag["cause"] == "cpu_work", flag
 

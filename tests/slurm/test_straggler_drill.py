@@ -36,7 +36,7 @@ def test_straggler_drill_on_two_nodes_names_rank1_with_its_in_run_cost(slurm_clu
     run = runs / "drill"
     m = manifest(run)
     assert sorted((e["rank"], e["node"]) for e in m["ranks"]) == [(0, "n1"), (1, "n2")]
-    assert m["drills"]["straggler"] == {"rank": 1, "ms": 60.0, "every": 2}
+    assert m["drills"]["straggler"] == {"rank": 1, "ms": 60.0, "every": 2, "first_step": 0, "last_step": None}
 
     truth = drill_truth(run / "steps", profiled_only=True)
     require_resolved_truth(truth, drill_ms=60.0)
