@@ -12,16 +12,16 @@ the late rank's own time exceeds the others' by about its lateness, the quantity
 what-if cost measures after the fact.
 
 How a decision is taken (:class:`TriggerPolicy`, a pure function of the gathered rounds, hence the
-same on every rank): the steps are cut into windows of ``trigger_window`` steps. In each window,
-each rank's lateness is the trimmed mean (:func:`trimmed_mean`) over the window's steps of its own
-time minus the others' median. A rank is slow in a window when its lateness exceeds the threshold, max(trigger_min_ms,
-trigger_threshold_pct % of the window's median step time), and exceeds its own median lateness
-of its recent healthy windows by as much (its history: a rank that has always been a little late
-is not "turning slow"). The job is slow in a window when its step time rose by trigger_job_pct %
+same on every rank): the steps are cut into windows of ``trigger_window`` steps; when a window
+completes, the last ``trigger_windows`` windows are scored together. Each rank's lateness is the
+trimmed mean (:func:`trimmed_mean`) over those steps of its own time minus the others' median. A
+rank is slow when its lateness exceeds the threshold, max(trigger_min_ms, trigger_threshold_pct %
+of the median step time), and exceeds its own median lateness of its recent healthy scores by as
+much (its history: a rank that has always been a little late is not "turning slow"). The job is slow in a window when its step time rose by trigger_job_pct %
 over the median of its recent windows (not while a rank's slowdown is open: that rank explains it).
-After ``trigger_windows`` slow windows running, a slowdown
-episode opens and a capture is asked for; the episode stays open (no second capture for the same
-slowdown) until ``trigger_windows`` healthy windows running. A capture also needs the budget
+A slow score opens a slowdown episode and asks for a capture; the
+episode stays open (no second capture for the same slowdown) until ``trigger_windows`` healthy
+scores running. A capture also needs the budget
 (``max_captures``) and ``min_gap_steps`` since the last capture; otherwise the decision is recorded
 as suppressed, with why.
 
@@ -33,6 +33,7 @@ torch.profiler consults step by step.
 
 from __future__ import annotations
 
+import collections
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -42,9 +43,10 @@ from ..spec.schema import TRIGGER_BASELINE_MIN_STEP
 
 HISTORY_WINDOWS = 10
 """Windows of the past a rank's lateness and the job's step time are compared with."""
-AUTO_WINDOW_S = 1.0
-"""trigger_window = 0: windows of about this many seconds of steps."""
-AUTO_WINDOW_MIN, AUTO_WINDOW_MAX = 5, 200
+AUTO_WINDOW_S = 0.5
+"""trigger_window = 0: windows of about this many seconds of steps (the evidence, trigger_windows
+windows, is then about a second long)."""
+AUTO_WINDOW_MIN, AUTO_WINDOW_MAX = 4, 200
 AUTO_WINDOW_FROM = 8
 """Steps whose times (the median over ranks) set the automatic window (after the first two)."""
 
@@ -99,7 +101,6 @@ class TriggerSettings:
 
 @dataclass
 class _Episode:
-    slow_run: int = 0
     healthy_run: int = 0
     open: bool = False
 
@@ -121,12 +122,15 @@ class TriggerPolicy:
     """Per rank, its lateness in its recent windows in which it was not slow."""
     job_history: list[float] = field(default_factory=list)
     episodes: dict[Any, _Episode] = field(default_factory=dict)
+    recent: collections.deque = field(default_factory=collections.deque)
+    """The last `windows` windows' per-step lateness of every rank and job step times."""
     captures_taken: int = 0
     last_capture_end: int | None = None
     busy_until: int | None = None
 
     def __post_init__(self):
         self.lateness_history = [[] for _ in range(self.world)]
+        self.recent = collections.deque(maxlen=max(1, self.settings.windows))
         if self.settings.window:
             self.window = self.settings.window
             self.next_window_start = self.start_step + 2  # the first steps of a start are warm-up
@@ -162,31 +166,37 @@ class TriggerPolicy:
 
     # ------------------------------------------------------------------ scoring
     def _evaluate(self, first: int, last: int) -> list[Decision]:
+        """A window [first, last] completed: score the last `windows` windows together (the evidence
+        of a slowdown is that many windows long; it is re-scored at every window, so a slowdown is
+        caught within about one window of the evidence being there)."""
         st = self.settings
         steps = range(first, last + 1)
-        job_ms = [max(self.step_ms[s]) for s in steps]
-        job_med = statistics.median(job_ms)
+        late = {r: [self.own[s][r] - statistics.median([x for i, x in enumerate(self.own[s]) if i != r] or [0.0])
+                    for s in steps] for r in range(self.world)}
+        self.recent.append({"first": first, "late": late, "job": [max(self.step_ms[s]) for s in steps]})
+        if len(self.recent) < st.windows:
+            return []
+        span = [self.recent[0]["first"], last]
+        job_med = statistics.median([x for w in self.recent for x in w["job"]])
         threshold = max(st.min_ms, st.threshold_pct / 100.0 * job_med)
         decisions: list[Decision] = []
         for r in range(self.world):
-            late = trimmed_mean([
-                self.own[s][r] - statistics.median([x for i, x in enumerate(self.own[s]) if i != r] or [0.0])
-                for s in steps])
+            score = trimmed_mean([x for w in self.recent for x in w["late"][r]])
             hist = self.lateness_history[r]
             base = statistics.median(hist[-HISTORY_WINDOWS:]) if hist else 0.0
-            slow = late > threshold and late - base > threshold
+            slow = score > threshold and score - base > threshold
             if not slow:
-                hist.append(late)
-            d = self._step_episode(("rank", r), slow, first, last)
+                hist.append(score)
+            d = self._step_episode(("rank", r), slow, span)
             if d is not None:
-                d.rank, d.score_ms, d.threshold_ms, d.history_ms = r, round(late, 3), round(threshold, 3), round(base, 3)
+                d.rank, d.score_ms, d.threshold_ms, d.history_ms = r, round(score, 3), round(threshold, 3), round(base, 3)
                 decisions.append(d)
         past = self.job_history[-HISTORY_WINDOWS:]
         ref = statistics.median(past) if len(past) >= 3 else None
         job_slow = ref is not None and job_med > ref * (1 + st.job_pct / 100.0) and job_med - ref > st.min_ms
         if not job_slow:
             self.job_history.append(job_med)
-        d = self._step_episode(("job",), job_slow, first, last)
+        d = self._step_episode(("job",), job_slow, span)
         rank_open = any(e.open for k, e in self.episodes.items() if k[0] == "rank")
         if d is not None and not rank_open:  # a slow rank explains the job's rise: one decision, the rank's
             d.score_ms = round(job_med - (ref or job_med), 3)
@@ -195,17 +205,17 @@ class TriggerPolicy:
             decisions.append(d)
         return decisions
 
-    def _step_episode(self, key, slow: bool, first: int, last: int) -> Decision | None:
+    def _step_episode(self, key, slow: bool, span: list[int]) -> Decision | None:
+        """A slow score opens an episode (one capture asked for); `windows` healthy scores running
+        close it."""
         e = self.episodes.setdefault(key, _Episode())
         if slow:
-            e.slow_run += 1
             e.healthy_run = 0
-            if not e.open and e.slow_run >= self.settings.windows:
+            if not e.open:
                 e.open = True
-                return Decision(kind=key[0], window=[first, last], decision="capture")
+                return Decision(kind=key[0], window=list(span), decision="capture")
         else:
             e.healthy_run += 1
-            e.slow_run = 0
             if e.open and e.healthy_run >= self.settings.windows:
                 e.open = False
         return None
@@ -235,12 +245,13 @@ class TriggerPolicy:
 
 
 def trimmed_mean(values: list[float]) -> float:
-    """The mean without the largest and the smallest value (from 5 values on): one hiccup of a step
-    does not move it, and a rank late in every second step (a periodic straggler) still counts, at
-    half its delay, where a median would say 0 or all of it by the window's parity."""
+    """The mean without the largest and the smallest 10% (at least one of each from 5 values on): a
+    hiccup of a step or two does not move it, and a rank late in every second step (a periodic
+    straggler) still counts, at half its delay, where a median would say 0 or all of it."""
     v = sorted(values)
     if len(v) >= 5:
-        v = v[1:-1]
+        k = max(1, round(0.1 * len(v)))
+        v = v[k:-k]
     return sum(v) / len(v)
 
 

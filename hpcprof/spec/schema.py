@@ -176,11 +176,12 @@ class Profiler:
     snapshot per rank (memory/rank-<r>.pickle, for https://pytorch.org/memory_viz) when the first
     profiling window ends."""
     trigger_window: int = 0
-    """Triggered: steps per scoring window (every rank's lateness is scored over each window of this
-    many steps). 0: chosen from the step time, about one second (at least 5 steps, at most 200)."""
+    """Triggered: steps per window: at the end of every window, every rank's lateness is scored over
+    the last trigger_windows windows. 0: chosen from the step time, about half a second (at least 4
+    steps, at most 200)."""
     trigger_windows: int = 2
-    """Triggered: consecutive slow windows before a capture (and healthy windows before a slowdown
-    counts as over)."""
+    """Triggered: windows scored together (the evidence a slowdown needs), and healthy scores running
+    before a slowdown counts as over."""
     trigger_threshold_pct: float = 10.0
     """Triggered: a rank has turned slow when its lateness (its own time in the step, waits for the
     others left out, minus the others' median) exceeds max(trigger_min_ms, this % of the step), and
