@@ -41,9 +41,9 @@ def charts(out: Path, result: dict) -> dict[str, Path]:
     ax.set_xticks(x, labels, rotation=20, ha="right")
     basis = {a.get(f"{key}_ci_basis") for a in arms} - {None}
     what = "run-to-run" if basis & {"replicates", "calibration"} else "within-run"
-    ax.set_ylabel(f"{unit} (bar: arm, 95% {what} CI; dots: runs)")
-    ax.set_title(("throughput" if use_sps else "step time") + " per arm (grey: baseline; green faster, red slower; x: run not used)",
-                 fontsize=9)
+    ax.set_ylabel(unit)
+    ax.set_title(f"{'throughput' if use_sps else 'step time'} per arm: bar and 95% {what} interval, dots: runs (x: not used)\n"
+                 "grey: baseline; green: faster, red: slower", fontsize=9)
     fig.tight_layout()
     plots["throughput"] = out / "plots" / "throughput.png"
     fig.savefig(plots["throughput"], dpi=100)

@@ -152,7 +152,12 @@ def within_run_var(x: np.ndarray, stat: str, scale: str, n_boot: int = 500, seed
 @dataclass
 class MetricRuns:
     """One metric over every arm of a comparison: each run's statistic, the scale, and the noise
-    level its intervals use (pooled over the arms' replicates, else a calibration, else none)."""
+    levels its intervals use. A change between two arms uses the run-to-run SD of those two arms
+    (pooled, as a two-sample t-test does); when neither has 2 runs, the SD pooled over the other
+    arms of the comparison (one machine, one time), else a calibration, else none. An arm's own
+    interval uses its own runs' SD. Why not always pool over every arm: one arm with an outlier run
+    (this VM: one channels_last replicate at 184 samples/s against 362 and 398) would widen every
+    other arm's interval; the two arms compared carry the evidence about their own spread."""
 
     metric: str
     arrays: list[list[np.ndarray]]
@@ -168,8 +173,15 @@ class MetricRuns:
         self.values = [[v for v in (point(x, stat) for x in runs) if v is not None and math.isfinite(v)] for runs in self.arrays]
         self.scale = rtr.scale_of(self.values)
         self.noise = rtr.pooled(self.values, self.scale, self.labels)
+        """Pooled over every arm with replicates: the machine's run-to-run noise (noise.json)."""
         if self.noise is None and self.calibration and self.scale == "log":
             self.noise = self.calibration.get(self.metric)
+
+    def noise_for(self, arms: list[int]) -> Any:
+        """The run-to-run noise for these arms: their own replicates, else the comparison's, else
+        the calibration (None: none)."""
+        own = rtr.pooled([self.values[i] for i in arms], self.scale, [self.labels[i] for i in arms])
+        return own if own is not None else self.noise
 
     def level(self, i: int) -> float | None:
         """The arm's value: geometric mean of its runs' statistics (arithmetic on the linear scale)."""
@@ -188,15 +200,16 @@ class MetricRuns:
         """The arm level's 95% interval with run-to-run noise, and its basis; (None, None) without a
         noise level (the caller shows a single run's within-run interval instead)."""
         v, n = self.values[i], len(self.values[i])
-        if not v or self.noise is None:
+        nz = self.noise_for([i]) if v else None
+        if nz is None:
             return None, None
         y = rtr.transform(v, self.scale).mean()
-        se = math.sqrt(max(self.noise.sd ** 2 / n, self._within_se2(i)))
-        h = t_ppf(0.5 + LEVEL / 2, self.noise.df) * se
+        se = math.sqrt(max(nz.sd ** 2 / n, self._within_se2(i)))
+        h = t_ppf(0.5 + LEVEL / 2, nz.df) * se
         lo, hi = y - h, y + h
         if self.scale == "log":
             lo, hi = math.exp(lo), math.exp(hi)
-        return [float(lo), float(hi)], self.noise.origin
+        return [float(lo), float(hi)], nz.origin
 
     def change(self, i: int, base: int = 0, min_change_pct: float = MIN_CHANGE_PCT) -> Change:
         """Arm i against the baseline arm."""
@@ -215,14 +228,14 @@ class MetricRuns:
             xb = next(x for x in self.arrays[base] if point(x, stat) is not None)
             xt = next(x for x in self.arrays[i] if point(x, stat) is not None)
             within = compare_metric(self.metric, xb, xt, min_change_pct)
-        if self.noise is None:
+        nz = self.noise_for([base, i])
+        if nz is None:
             if within is None:  # cannot happen: a run with 2+ runs always gives a noise level
                 return Change(self.metric, b, t, change, None, "not enough runs for an interval", runs=runs)
             note = ("one run each: run-to-run noise unknown, so the interval covers the steps of each run only; "
                     "repeat the runs (--repeat 3) or pass --noise from a calibration for a verdict")
             return Change(self.metric, b, t, within.change_pct, within.ci_pct, NOISE_UNKNOWN if within.ci_pct else within.verdict,
                           "within-run", runs, None, None, None, within.ci_pct, within.verdict, note)
-        nz = self.noise
         se = math.sqrt(max(nz.sd ** 2 * (1 / runs[0] + 1 / runs[1]), self._within_se2(base) + self._within_se2(i)))
         h = t_ppf(0.5 + LEVEL / 2, nz.df) * se
         lo, hi = rtr.to_pct(d - h, self.scale, yb), rtr.to_pct(d + h, self.scale, yb)
