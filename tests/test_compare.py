@@ -240,3 +240,98 @@ def test_min_change_pct_must_be_a_finite_percentage(bad, tmp_path):
 
     with pytest.raises(CompareError, match="--min-change-pct"):
         compare([str(tmp_path), str(tmp_path)], tmp_path / "o", min_change_pct=float(bad))
+
+
+# ------------------------------------------------------------------ replicates (issue 24)
+@pytest.fixture(scope="module")
+def replicate_sets(tmp_path_factory):
+    """Two sets of 2 replicates of one tiny spec (submit --repeat 2 --name a, then b): what a user
+    does before and after a code change."""
+    from helpers import FAST_FLAGS, run_cli
+
+    root = tmp_path_factory.mktemp("reps")
+    procs = {}
+    for name in ("a", "b"):
+        procs[name] = run_cli("hpcprof.submit", *FAST_FLAGS, "--tasks-per-node", "1", "--train-steps", "8", "--profiler-wait", "4",
+                              "--runs-dir", str(root), "--name", name, "--repeat", "2")
+        assert procs[name].returncode == 0, procs[name].stdout
+    return root, procs
+
+
+def test_submit_repeat_records_each_run_as_a_replicate(replicate_sets):
+    from hpcprof.rundir.manifest import spec_hash
+
+    root, procs = replicate_sets
+    assert "hpcprof: 2 replicate(s) of a: r1 ok, r2 ok" in procs["a"].stdout
+    hashes = set()
+    for name in ("a", "b"):
+        for k in (1, 2):
+            man = json.loads((root / f"{name}-r{k}" / "manifest.json").read_text())
+            assert man["name"] == f"{name}-r{k}" and man["outcome"]["state"] == "completed"
+            assert {kk: man["replicate"][kk] for kk in ("group", "index", "count")} == {"group": name, "index": k, "count": 2}
+            assert man["replicate"]["spec_sha256"] == spec_hash(man["spec"])
+            hashes.add(man["replicate"]["spec_sha256"])
+    assert len(hashes) == 1  # one spec; the name and the run folder are not part of the hash
+    from helpers import FAST_FLAGS, run_cli
+
+    again = run_cli("hpcprof.submit", *FAST_FLAGS, "--runs-dir", str(root), "--name", "a", "--repeat", "2")
+    assert again.returncode == 2 and f"{root / 'a-r1'} already holds a run" in again.stdout
+    assert sorted(p.name for p in root.iterdir()) == ["a-r1", "a-r2", "b-r1", "b-r2"]
+
+
+def test_compare_makes_one_arm_of_each_replicate_set(replicate_sets, tmp_path):
+    """Two sets of one spec launched apart stay two arms (the code may differ); the interval is the
+    run-to-run one of their 4 runs, the detectable change is printed, noise.json is written."""
+    root, _ = replicate_sets
+    runs = [root / n for n in ("a-r1", "a-r2", "b-r1", "b-r2")]
+    p = _compare(*runs, out=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "c" / "compare.json").read_text())
+    assert [(a["label"], a["runs"]) for a in res["arms"]] == [("a", ["a-r1", "a-r2"]), ("b", ["b-r1", "b-r2"])]
+    d = {x["metric"]: x for x in res["deltas"]}["samples_per_s"]
+    assert d["basis"] == "replicates" and d["runs"] == [2, 2] and d["noise"]["df"] == 2
+    assert d["verdict"] in ("no significant change", "faster", "slower") and d["detectable_pct"] > 0
+    assert "2 runs per arm can see" in p.stdout and "runs: " in p.stdout
+    cal = json.loads((tmp_path / "c" / "noise.json").read_text())
+    assert cal["metrics"]["samples_per_s"]["df"] == 2 and cal["arms"][0]["runs"] == ["a-r1", "a-r2"]
+    # --group-by spec: all four are one spec: one arm, a calibration of the machine's noise
+    p = _compare(*runs, "--group-by", "spec", out=tmp_path / "s")
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "s" / "compare.json").read_text())
+    assert len(res["arms"]) == 1 and res["arms"][0]["runs_used"] == 4 and res["deltas"] == []
+    assert json.loads((tmp_path / "s" / "noise.json").read_text())["metrics"]["samples_per_s"]["df"] == 3
+    # explicit arms
+    p = subprocess.run([sys.executable, "-m", "hpcprof.compare", "--group", f"x={runs[0]},{runs[2]}", "--group", f"y={runs[1]},{runs[3]}",
+                        "--out", str(tmp_path / "g"), "--quiet", "--no-op-deltas"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "g" / "compare.json").read_text())
+    assert [(a["label"], a["runs"]) for a in res["arms"]] == [("x", ["a-r1", "b-r1"]), ("y", ["a-r2", "b-r2"])]
+    assert res["group_by"] == "--group"
+
+
+def test_single_runs_take_the_noise_of_a_calibration(replicate_sets, tmp_path):
+    """One run each with --noise: the interval is the calibration's, and the note names its file."""
+    root, _ = replicate_sets
+    p = _compare(root / "a-r1", root / "a-r2", root / "b-r1", root / "b-r2", "--group-by", "spec", out=tmp_path / "cal")
+    assert p.returncode == 0, p.stderr
+    p = _compare(root / "a-r1", root / "b-r1", "--group-by", "none", "--noise", tmp_path / "cal", out=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    d = {x["metric"]: x for x in json.loads((tmp_path / "c" / "compare.json").read_text())["deltas"]}["samples_per_s"]
+    assert d["basis"] == "calibration" and d["runs"] == [1, 1] and str(tmp_path / "cal" / "noise.json") in d["note"]
+    assert d["noise"]["df"] == 3 and d["within_run_ci_pct"] is not None and "(one run each) can see" in d["note"]
+    # without it: no verdict, and why
+    p = _compare(root / "a-r1", root / "b-r1", "--group-by", "none", out=tmp_path / "n")
+    assert "one run each: run-to-run noise unknown" in p.stdout
+
+
+def test_replicates_of_one_group_with_different_specs_are_refused(replicate_sets, tmp_path):
+    import shutil
+
+    root, _ = replicate_sets
+    odd = tmp_path / "a-r2"
+    shutil.copytree(root / "a-r2", odd, ignore=shutil.ignore_patterns("analysis"))
+    man = json.loads((odd / "manifest.json").read_text())
+    man["spec"]["data"]["batch_size"] = 16
+    (odd / "manifest.json").write_text(json.dumps(man))
+    p = _compare(root / "a-r1", odd, out=tmp_path / "c")
+    assert p.returncode == 2 and "are both replicates of 'a' but ran different specs" in p.stderr, p.stderr
