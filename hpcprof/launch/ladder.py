@@ -54,8 +54,11 @@ class RungRun:
     """One run of a rung (one replicate)."""
 
     name: str
+    """Its run directory's name: the rung's, or <rung>-r<k> with --repeat."""
     replicate: int
-    status: str = "pending"  # pending | submitted | ok | failed | not launched | not analysed
+    """k, 1-based."""
+    status: str = "pending"
+    """pending, submitted, ok, failed, not launched or not analysed."""
     error: str | None = None
     run_dir: str | None = None
     job_id: str | None = None
@@ -64,10 +67,14 @@ class RungRun:
 @dataclass
 class Rung:
     number: int
+    """NN of NN-name.toml."""
     file: Path
     name: str
-    status: str = "pending"  # pending | ok | failed | not launched | not analysed | "k of N runs ok"
+    """The file's stem; the arm's label in the comparison."""
+    status: str = "pending"
+    """ok when every run is, "k of N runs ok", or the runs' common failure (not launched, failed, not analysed)."""
     error: str | None = None
+    """The first error of its runs (or of its spec)."""
     runs: list[RungRun] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 

@@ -86,6 +86,7 @@ class Replicate:
     index: int
     """1 .. count: the order of launch (a ladder interleaves rungs: rung A r1, rung B r1, A r2, ...)."""
     count: int
+    """Runs in the set (--repeat N)."""
     spec_sha256: str
     """spec_hash() of the spec: runs of one group must share it."""
 
