@@ -92,6 +92,24 @@ def runs_table(result: dict) -> pd.DataFrame:
     return df.rename(columns={"label": "run"})
 
 
+HTML_NAMES = {
+    "arm": "Arm", "run": "Run", "runs": "Runs", "runs_used": "Runs used", "used": "Used", "state": "Run state",
+    "samples_per_s": "Samples/s", "samples_per_s_ci_low": "Samples/s, 95% CI low", "samples_per_s_ci_high": "Samples/s, 95% CI high",
+    "step_ms_ci_low": "Step ms, 95% CI low", "step_ms_ci_high": "Step ms, 95% CI high", "ci_basis": "CI basis",
+    "gpu_idle_pct": "GPU idle (%)", "gpu_compute_pct": "GPU compute (%)", "gpu_non_compute_pct": "GPU non-compute (%)",
+    "change_pct": "Change (%)", "ci_low_pct": "Change, 95% CI low (%)", "ci_high_pct": "Change, 95% CI high (%)",
+    "basis": "Interval from", "detectable_pct": "Detectable change (%)", "runs_needed": "Runs per arm needed",
+    "within_run_ci_low_pct": "Within-run CI low (%)", "within_run_ci_high_pct": "Within-run CI high (%)", "within_run_verdict": "Within-run verdict",
+    "state_line": "Run state, in words", "replicate": "Replicate",
+}
+"""Column names on the page (the CSV files keep the raw names)."""
+
+
+def _named(df: pd.DataFrame) -> pd.DataFrame:
+    return df.rename(columns={c: HTML_NAMES.get(c, c.replace("breakdown_ms:", "ms/step: ").replace("kernel_ms_per_step:", "kernel ms/step: "))
+                              for c in df.columns})
+
+
 def _html(out: Path, result: dict, arms: pd.DataFrame, runs: pd.DataFrame, deltas: pd.DataFrame, op_tables: dict[str, pd.DataFrame],
           plots: dict[str, Path]) -> Path:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>hpcprof compare</title><style>{CSS}</style></head><body>"]
@@ -107,14 +125,14 @@ def _html(out: Path, result: dict, arms: pd.DataFrame, runs: pd.DataFrame, delta
         parts.append(f"<p>Run-to-run noise of {esc(m)}: SD {esc(_f(nz.get('sd_pct')))}% ({esc(nz['source'])}).</p>")
     if result["warnings"]:
         parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li class='warn'>{esc(w)}</li>" for w in result["warnings"]) + "</ul>")
-    parts.append("<h2>Arms</h2>" + table(arms))
+    parts.append("<h2>Arms</h2>" + table(_named(arms)))
     notes = [(a["label"], (a.get("vs_baseline") or {}).get("note")) for a in result["arms"][1:]]
     if any(n for _, n in notes):
         parts.append("<ul>" + "".join(f"<li><b>{esc(lab)}</b>: {esc(n)}</li>" for lab, n in notes if n) + "</ul>")
     for name, p in plots.items():
         parts.append(_img(p, name))
-    parts.append("<h2>Runs and their state</h2>" + table(runs, max_rows=500))
-    parts.append("<h2>Changes against the baseline</h2>" + table(deltas, max_rows=200))
+    parts.append("<h2>Runs and their state</h2>" + table(_named(runs), max_rows=500))
+    parts.append("<h2>Changes against the baseline</h2>" + table(_named(deltas), max_rows=200))
     for od in result["op_deltas"]:
         parts.append(f"<h2>Operators and kernels: {esc(od['base_run'])} &rarr; {esc(od['run'])} (HTA TraceDiff, per profiled step)</h2>")
         for what in ("increases", "decreases", "added", "removed"):
