@@ -163,17 +163,22 @@ class MetricRuns:
     arrays: list[list[np.ndarray]]
     """Per arm, per usable run: the steps (stats.point input)."""
     labels: list[str]
+    """The arms' labels (named in the noise's source)."""
     calibration: dict | None = None
+    """--noise: metric -> noise.Noise, used when no arm has replicates."""
     values: list[list[float]] = field(init=False)
+    """Per arm, each usable run's statistic."""
     scale: str = field(init=False)
+    """log (relative changes) or linear (a statistic of 0 in some run)."""
     noise: Any = field(init=False)
+    """The run-to-run noise pooled over every arm with replicates (the machine's: noise.json), else
+    the calibration's, else None."""
 
     def __post_init__(self):
         stat = METRICS[self.metric][0]
         self.values = [[v for v in (point(x, stat) for x in runs) if v is not None and math.isfinite(v)] for runs in self.arrays]
         self.scale = rtr.scale_of(self.values)
         self.noise = rtr.pooled(self.values, self.scale, self.labels)
-        """Pooled over every arm with replicates: the machine's run-to-run noise (noise.json)."""
         if self.noise is None and self.calibration and self.scale == "log":
             self.noise = self.calibration.get(self.metric)
 
