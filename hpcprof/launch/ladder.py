@@ -231,7 +231,7 @@ def run_ladder(jobs_dir: Path, options: list[str], out: Path, through: int | Non
         for rung in rungs:
             rung.settle()
         _record(out, record, rungs)
-    ok = [rr.run_dir for k in range(repeat) for r in rungs for rr in r.runs[k:k + 1] if rr.status == "ok"]
+    ok = [rr.run_dir for r in rungs for rr in r.runs if rr.status == "ok"]  # rung by rung: the first rung is the baseline arm
     if len(ok) >= 2:
         from ..compare import CompareError, compare
 
