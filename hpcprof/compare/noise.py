@@ -11,8 +11,10 @@ the spread of run statistics within an arm already carries the step-to-step nois
 median (a nested ANOVA / random-effects model's error term for the arm effect is the run-within-arm
 mean square). So:
 
-- SD of a run's log statistic, pooled over every arm of the comparison that has 2 or more runs (one
-  machine, one time: the noise is the machine's), on `df` = sum(n_arm - 1) degrees of freedom;
+- SD of a run's log statistic, pooled over the two arms compared (a two-sample t-test), on
+  `df` = n_base + n_arm - 2 degrees of freedom; when neither has 2 runs, pooled over the other arms
+  of the comparison that have (one machine, one time); that all-arm figure is also the machine's
+  noise written to noise.json (stats.MetricRuns says why a comparison uses its own two arms);
 - interval of a change: d +/- t(0.975, df) * SE, SE^2 = SD^2 (1/n_base + 1/n_test), never below the
   within-run error of the two arm means (block bootstrap of each run's steps, stats.py);
 - smallest detectable change (95% two-sided, 80% power): (t(0.975, df) + t(0.80, df)) * SE;
