@@ -72,8 +72,10 @@ RUN_BY: dict[str, tuple[str, list[str] | None]] = {
     "torchrun --nproc-per-node 4 train.py":
         ("tests/test_user_code.py::test_torchrun_without_hpcprof_gives_a_run_directory_analyze_reads",
          ['"torch.distributed.run"', '"--nproc-per-node"', '"train.py"']),
-    "python -m hpcprof.ladder jobs/ladder-cpu":
-        ("tests/test_ladder.py::test_cpu_ladder_throughput_rises_where_it_should", ['"jobs/ladder-cpu"', "hpcprof.ladder"]),
+    "python -m hpcprof.ladder jobs/ladder-cpu --repeat 3":
+        ("tests/test_ladder.py::test_cpu_ladder_throughput_rises_where_it_should", ['"jobs/ladder-cpu"', '"--repeat", "3"', "hpcprof.ladder"]),
+    "python -m hpcprof.submit --job jobs/demo-local.toml --name before --repeat 3":
+        ("tests/test_compare.py::test_submit_repeat_records_each_run_as_a_replicate", ['"hpcprof.submit"', "FAST_FLAGS", '"--name"', '"--repeat"']),
 }
 
 #: tests/slurm/test_day_one.py: the test that runs the README block and what shows it reads the README.

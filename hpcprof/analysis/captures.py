@@ -107,7 +107,8 @@ def summarize_captures(run: RunDir, baseline: dict, captured: dict[int, dict], m
         if k == 0 or not len(ms) or not len(base_ms):
             entry["vs_baseline"] = None
         else:
-            entry["vs_baseline"] = compare_metric("step_ms", base_ms, ms).as_dict()
+            change = compare_metric("step_ms", base_ms, ms).as_dict()  # both windows of one run: within-run is the right interval
+            entry["vs_baseline"] = {k: change[k] for k in ("metric", "base", "value", "change_pct", "ci_pct", "verdict")}
         out.append(entry)
     return out
 

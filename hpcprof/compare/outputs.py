@@ -2,12 +2,16 @@
 
 The HTML page reuses the analysis report's escaping and table helpers (one definition of "every
 name from a trace is escaped") and embeds its charts, so it opens offline like report.html.
+
+The output folder's tables are this comparison's: `ops_<arm>.csv` and `steps_<run>.csv` files of an
+earlier comparison into the same folder (other runs) are removed, nothing else is.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,12 @@ import pandas as pd
 
 from ..analysis.outputs.htmlparts import esc, table
 from ..analysis.outputs.report import CSS, _img
+from ..rundir.layout import atomic_write_text
+from .charts import charts
+from .stats import NOISE_UNKNOWN
+
+OWNED_TABLES = re.compile(r"^(ops|steps)_.+\.csv$")
+"""Per-arm and per-run tables this module writes; stale ones (an earlier comparison) are removed."""
 
 
 def _clean(o):
@@ -32,141 +42,190 @@ def _clean(o):
     return o
 
 
-def runs_table(result: dict) -> pd.DataFrame:
+def _pair(v, i):
+    return (v or [None, None])[i]
+
+
+def arms_table(result: dict) -> pd.DataFrame:
     rows = []
-    for r in result["runs"]:
-        v = r.get("vs_baseline") or {}
+    for a in result["arms"]:
+        v = a.get("vs_baseline") or {}
         row = {
-            "run": r["label"],
-            "samples_per_s": r["samples_per_s"],
-            "samples_per_s_ci_low": (r["samples_per_s_ci95"] or [None, None])[0],
-            "samples_per_s_ci_high": (r["samples_per_s_ci95"] or [None, None])[1],
-            "step_ms": r["step_ms"],
-            "data_wait_pct": r["data_wait_pct"],
-            "gpu_idle_pct": r["gpu_idle_pct"],
-            "gpu_compute_pct": r["gpu_compute_pct"],
-            "gpu_non_compute_pct": r["gpu_non_compute_pct"],
-            "overlap_pct": r["overlap_pct"],
+            "arm": a["label"],
+            "runs": len(a["runs"]),
+            "runs_used": a["runs_used"],
+            "samples_per_s": a["samples_per_s"],
+            "samples_per_s_ci_low": _pair(a["samples_per_s_ci95"], 0),
+            "samples_per_s_ci_high": _pair(a["samples_per_s_ci95"], 1),
+            "step_ms": a["step_ms"],
+            "step_ms_ci_low": _pair(a["step_ms_ci95"], 0),
+            "step_ms_ci_high": _pair(a["step_ms_ci95"], 1),
+            "ci_basis": a.get("samples_per_s_ci_basis") or a.get("step_ms_ci_basis"),
+            "data_wait_pct": a["data_wait_pct"],
+            "gpu_idle_pct": a["gpu_idle_pct"],
+            "gpu_compute_pct": a["gpu_compute_pct"],
+            "gpu_non_compute_pct": a["gpu_non_compute_pct"],
+            "overlap_pct": a["overlap_pct"],
             "change_pct": v.get("change_pct"),
-            "ci_low_pct": (v.get("ci_pct") or [None, None])[0],
-            "ci_high_pct": (v.get("ci_pct") or [None, None])[1],
+            "ci_low_pct": _pair(v.get("ci_pct"), 0),
+            "ci_high_pct": _pair(v.get("ci_pct"), 1),
+            "basis": v.get("basis"),
             "verdict": v.get("verdict", "baseline"),
-            "steps_used": r["steps_used"],
-            "step_source": r["step_source"],
+            "detectable_pct": v.get("detectable_pct"),
+            "runs_needed": v.get("runs_needed"),
+            "steps_used": a["steps_used"],
+            "step_source": a["step_source"],
         }
-        for k, ms in (r["kernel_ms_per_step"] or {}).items():
+        for k, ms in (a["kernel_ms_per_step"] or {}).items():
             row[f"kernel_ms_per_step:{k}"] = ms
+        for p, ms in (a["breakdown_ms"] or {}).items():
+            row[f"breakdown_ms:{p}"] = ms
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _charts(out: Path, result: dict) -> dict[str, Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = result["runs"]
-    labels = [r["label"] for r in runs]
-    x = np.arange(len(runs))
-    plots: dict[str, Path] = {}
-    use_sps = all(r["samples_per_s"] is not None for r in runs)
-    key, ci_key, unit = ("samples_per_s", "samples_per_s_ci95", "samples/s (median, 95% CI)") if use_sps else ("step_ms", "step_ms_ci95", "step time ms (median, 95% CI)")
-    vals = np.array([r[key] if r[key] is not None else np.nan for r in runs], dtype=float)
-    lo = np.array([(r[ci_key] or [np.nan, np.nan])[0] for r in runs], dtype=float)
-    hi = np.array([(r[ci_key] or [np.nan, np.nan])[1] for r in runs], dtype=float)
-    err = np.vstack([np.nan_to_num(vals - lo), np.nan_to_num(hi - vals)])
-    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(runs) + 2), 4))
-    colors = ["#888"] + ["#2a7" if (r.get("vs_baseline") or {}).get("verdict") == "faster" else "#c33" if (r.get("vs_baseline") or {}).get("verdict") == "slower" else "#48c" for r in runs[1:]]
-    ax.bar(x, vals, yerr=err, capsize=5, color=colors)
-    ax.set_xticks(x, labels, rotation=20, ha="right")
-    ax.set_ylabel(unit)
-    ax.set_title(("throughput" if use_sps else "step time") + " per run (grey: baseline; green faster, red slower)")
-    fig.tight_layout()
-    plots["throughput"] = out / "plots" / "throughput.png"
-    fig.savefig(plots["throughput"], dpi=100)
-    plt.close(fig)
-
-    parts = []
-    for r in runs:
-        for p in r["breakdown_ms"]:
-            if p not in parts:
-                parts.append(p)
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(runs) + 4), 4))
-    bottom = np.zeros(len(runs))
-    for p in parts:
-        v = np.array([r["breakdown_ms"].get(p, 0.0) for r in runs])
-        ax.bar(x, v, bottom=bottom, label=p)
-        bottom += v
-    ax.set_xticks(x, labels, rotation=20, ha="right")
-    ax.set_ylabel("ms per step (mean per rank)")
-    ax.set_title("step breakdown per run")
-    if parts:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.tight_layout()
-    plots["step_breakdown"] = out / "plots" / "step_breakdown.png"
-    fig.savefig(plots["step_breakdown"], dpi=100)
-    plt.close(fig)
-    return plots
+def runs_table(result: dict) -> pd.DataFrame:
+    cols = ["label", "arm", "used", "state", "samples_per_s", "step_ms", "data_wait_pct", "gpu_idle_pct", "steps_used", "step_source",
+            "device", "ranks", "state_line"]
+    df = pd.DataFrame([{c: r[c] for c in cols} for r in result["runs"]])
+    df["replicate"] = [(r["replicate"] or {}).get("index") for r in result["runs"]]
+    return df.rename(columns={"label": "run"})
 
 
-def _html(out: Path, result: dict, runs: pd.DataFrame, deltas: pd.DataFrame, op_tables: dict[str, pd.DataFrame], plots: dict[str, Path]) -> Path:
+HTML_NAMES = {
+    "arm": "Arm", "run": "Run", "runs": "Runs", "runs_used": "Runs used", "used": "Used", "state": "Run state",
+    "samples_per_s": "Samples/s", "samples_per_s_ci_low": "Samples/s, 95% CI low", "samples_per_s_ci_high": "Samples/s, 95% CI high",
+    "step_ms_ci_low": "Step ms, 95% CI low", "step_ms_ci_high": "Step ms, 95% CI high", "ci_basis": "CI basis",
+    "gpu_idle_pct": "GPU idle (%)", "gpu_compute_pct": "GPU compute (%)", "gpu_non_compute_pct": "GPU non-compute (%)",
+    "change_pct": "Change (%)", "ci_low_pct": "Change, 95% CI low (%)", "ci_high_pct": "Change, 95% CI high (%)",
+    "basis": "Interval from", "detectable_pct": "Detectable change (%)", "runs_needed": "Runs per arm needed",
+    "within_run_ci_low_pct": "Within-run CI low (%)", "within_run_ci_high_pct": "Within-run CI high (%)", "within_run_verdict": "Within-run verdict",
+    "state_line": "Run state, in words", "replicate": "Replicate",
+}
+"""Column names on the page (the CSV files keep the raw names)."""
+
+
+def _named(df: pd.DataFrame) -> pd.DataFrame:
+    return df.rename(columns={c: HTML_NAMES.get(c, c.replace("breakdown_ms:", "ms/step: ").replace("kernel_ms_per_step:", "kernel ms/step: "))
+                              for c in df.columns})
+
+
+def _html(out: Path, result: dict, arms: pd.DataFrame, runs: pd.DataFrame, deltas: pd.DataFrame, op_tables: dict[str, pd.DataFrame],
+          plots: dict[str, Path]) -> Path:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>hpcprof compare</title><style>{CSS}</style></head><body>"]
     parts.append(f"<h1>hpcprof comparison: baseline {esc(result['baseline'])}</h1>")
     parts.append(
-        "<p>Change in percent against the baseline with a 95% bootstrap interval over steps; a verdict needs the interval to "
-        f"exclude zero and a change of at least {esc(result['min_change_pct'])}%.</p>"
-    )
+        "<p>Each arm is one configuration: one run, or replicate runs of one spec (grouped: "
+        f"{esc(result['group_by'])}). The change of each arm against the baseline comes with a 95% interval: with "
+        "replicates (or a calibration passed with --noise) it holds the run-to-run noise (t interval on the runs' "
+        "medians, log scale); with one run each it covers only the steps within each run and gives no faster/slower "
+        "verdict. A verdict needs the interval to exclude zero and a change of at least "
+        f"{esc(result['min_change_pct'])}%. 'Detectable' is the smallest change the arms see with 80% power.</p>")
+    for m, nz in (result.get("noise") or {}).items():
+        parts.append(f"<p>Run-to-run noise of {esc(m)}: SD {esc(_f(nz.get('sd_pct')))}% ({esc(nz['source'])}).</p>")
     if result["warnings"]:
         parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li class='warn'>{esc(w)}</li>" for w in result["warnings"]) + "</ul>")
-    parts.append("<h2>Runs</h2>" + table(runs))
+    parts.append("<h2>Arms</h2>" + table(_named(arms)))
+    notes = [(a["label"], (a.get("vs_baseline") or {}).get("note")) for a in result["arms"][1:]]
+    if any(n for _, n in notes):
+        parts.append("<ul>" + "".join(f"<li><b>{esc(lab)}</b>: {esc(n)}</li>" for lab, n in notes if n) + "</ul>")
     for name, p in plots.items():
         parts.append(_img(p, name))
-    parts.append("<h2>Changes against the baseline</h2>" + table(deltas, max_rows=200))
+    parts.append("<h2>Runs and their state</h2>" + table(_named(runs), max_rows=500))
+    parts.append("<h2>Changes against the baseline</h2>" + table(_named(deltas), max_rows=200))
     for od in result["op_deltas"]:
-        label = od["run"]
-        parts.append(f"<h2>Operators and kernels: {esc(od['baseline'])} &rarr; {esc(label)} (HTA TraceDiff, per profiled step)</h2>")
+        parts.append(f"<h2>Operators and kernels: {esc(od['base_run'])} &rarr; {esc(od['run'])} (HTA TraceDiff, per profiled step)</h2>")
         for what in ("increases", "decreases", "added", "removed"):
             df = pd.DataFrame(od[what])
             parts.append(f"<h3>{esc(what)}</h3>" + table(df, max_rows=15))
     parts.append("</body></html>")
     path = out / "compare.html"
-    path.write_text("".join(parts), encoding="utf-8")
+    atomic_write_text(path, "".join(parts))
     return path
 
 
-def console_table(result: dict) -> str:
-    def f(v, w, d=1):
-        return f"{v:>{w}.{d}f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>{w}}"
+def _f(v, d=1, sign=False):
+    if not isinstance(v, (int, float)) or v is None or not math.isfinite(v):
+        return "-"
+    return f"{v:+.{d}f}" if sign else f"{v:.{d}f}"
 
-    w = min(40, max([len(r["label"]) for r in result["runs"]] + [3]))
-    lines = [f"{'run':<{w}} {'samples/s':>10} {'step ms':>9} {'data %':>7} {'GPU idle %':>10} {'change %':>9} {'95% CI %':>17}  verdict"]
-    for r in result["runs"]:
-        v = r.get("vs_baseline") or {}
+
+def verdict_text(v: dict) -> str:
+    """The verdict column: a within-run verdict is named as such."""
+    if not v:
+        return "baseline"
+    if v.get("verdict") == NOISE_UNKNOWN and v.get("within_run_verdict"):
+        return f"{v['within_run_verdict']} within the run; {NOISE_UNKNOWN}"
+    return v["verdict"]
+
+
+def console_table(result: dict) -> str:
+    arms = result["arms"]
+    w = min(40, max([len(a["label"]) for a in arms] + [3]))
+    lines = [f"{'arm':<{w}} {'runs':>4} {'samples/s':>10} {'step ms':>9} {'data %':>7} {'GPU idle %':>10} {'change %':>9} "
+             f"{'95% CI %':>17} {'basis':>11}  verdict"]
+    for a in arms:
+        v = a.get("vs_baseline") or {}
         ci = v.get("ci_pct")
         cis = f"[{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "-"
+        n = f"{a['runs_used']}" if a["runs_used"] == len(a["runs"]) else f"{a['runs_used']}/{len(a['runs'])}"
         lines.append(
-            f"{r['label'][:w]:<{w}} {f(r['samples_per_s'], 10)} {f(r['step_ms'], 9)} {f(r['data_wait_pct'], 7)} {f(r['gpu_idle_pct'], 10)} "
-            f"{f(v.get('change_pct'), 9)} {cis:>17}  {v.get('verdict', 'baseline')}"
-        )
-    for w in result["warnings"]:
-        lines.append(f"warning: {w}")
+            f"{a['label'][:w]:<{w}} {n:>4} {_f(a['samples_per_s']):>10} {_f(a['step_ms']):>9} {_f(a['data_wait_pct']):>7} "
+            f"{_f(a['gpu_idle_pct']):>10} {_f(v.get('change_pct'), sign=True) if v else '-':>9} {cis:>17} {v.get('basis') or '-':>11}  "
+            f"{verdict_text(v)}")
+    for a in arms:
+        if len(a["runs"]) > 1:
+            key = "samples_per_s" if a["samples_per_s"] is not None else "step_ms"
+            unit = "samples/s" if key == "samples_per_s" else "ms"
+            ci = a.get(f"{key}_ci95")
+            cis = f" (95% CI [{ci[0]:.1f}, {ci[1]:.1f}], {a.get(f'{key}_ci_basis')})" if ci else ""
+            pts = ", ".join(f"{_f(x)}" for x in a[f"{key}_runs"])
+            lines.append(f"  {a['label']}: {_f(a[key])} {unit}{cis}; runs: {pts}")
+    for a in arms[1:]:
+        note = (a.get("vs_baseline") or {}).get("note")
+        if note:
+            lines.append(f"  {a['label']}: {note}")
+    parts = list(dict.fromkeys(p for a in arms for p in a["breakdown_ms"]))
+    if parts and any(len(a["runs"]) > 1 for a in arms):
+        lines.append("step breakdown, ms per step (mean per rank and run):")
+        lines.append(f"  {'arm':<{w}} " + " ".join(f"{p[:12]:>12}" for p in parts))
+        for a in arms:
+            lines.append(f"  {a['label'][:w]:<{w}} " + " ".join(f"{_f(a['breakdown_ms'].get(p)):>12}" for p in parts))
+    for m, nz in (result.get("noise") or {}).items():
+        if m == "samples_per_s" or (m == "step_ms" and "samples_per_s" not in result["noise"]):
+            lines.append(f"run-to-run noise ({m}): SD {_f(nz.get('sd_pct'))}% from {nz['source']}")
+    if result.get("noise_file"):
+        lines.append(f"noise level written to {result['noise_file']} (pass --noise {Path(result['noise_file']).parent} when comparing single runs)")
+    for warn in result["warnings"]:
+        lines.append(f"warning: {warn}")
     lines.append(f"comparison: {result['outputs']['html']}")
     return "\n".join(lines)
+
+
+def _remove_stale(tables_dir: Path, keep: set[str]) -> None:
+    for p in tables_dir.iterdir():
+        if OWNED_TABLES.match(p.name) and p.name not in keep and p.is_file():
+            p.unlink()
 
 
 def write_outputs(out: Path, result: dict[str, Any], series, op_tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
     (out / "tables").mkdir(exist_ok=True)
     (out / "plots").mkdir(exist_ok=True)
+    arms = arms_table(result)
     runs = runs_table(result)
     deltas = pd.DataFrame(result["deltas"])
     if not deltas.empty:
-        deltas["ci_low_pct"] = deltas["ci_pct"].map(lambda c: c[0] if c else None)
-        deltas["ci_high_pct"] = deltas["ci_pct"].map(lambda c: c[1] if c else None)
-        deltas = deltas.drop(columns="ci_pct")[["run", "baseline", "metric", "base", "value", "change_pct", "ci_low_pct", "ci_high_pct", "verdict"]]
-    runs.to_csv(out / "tables" / "runs.csv", index=False)
-    deltas.to_csv(out / "tables" / "deltas.csv", index=False)
-    tables = {"runs": str(out / "tables" / "runs.csv"), "deltas": str(out / "tables" / "deltas.csv")}
+        for key in ("ci_pct", "within_run_ci_pct"):
+            stem = key[:-4]
+            deltas[f"{stem}_low_pct"] = deltas[key].map(lambda c: c[0] if c else None)
+            deltas[f"{stem}_high_pct"] = deltas[key].map(lambda c: c[1] if c else None)
+        deltas["runs"] = deltas["runs"].map(lambda r: f"{r[0]} vs {r[1]}" if r else None)
+        deltas = deltas[["arm", "baseline", "metric", "base", "value", "change_pct", "ci_low_pct", "ci_high_pct", "basis", "runs", "verdict",
+                         "detectable_pct", "runs_needed", "within_run_ci_low_pct", "within_run_ci_high_pct", "within_run_verdict", "note"]]
+    tables = {}
+    for name, df in (("arms", arms), ("runs", runs), ("deltas", deltas)):
+        df.to_csv(out / "tables" / f"{name}.csv", index=False)
+        tables[name] = str(out / "tables" / f"{name}.csv")
     for label, df in op_tables.items():
         p = out / "tables" / f"ops_{label}.csv"
         df.to_csv(p, index=False)
@@ -175,11 +234,10 @@ def write_outputs(out: Path, result: dict[str, Any], series, op_tables: dict[str
         p = out / "tables" / f"steps_{s.label}.csv"
         s.steps.to_csv(p, index=False)
         tables[f"steps_{s.label}"] = str(p)
-    plots = _charts(out, result)
-    html_path = _html(out, result, runs, deltas, op_tables, plots)
+    _remove_stale(out / "tables", {Path(p).name for p in tables.values()})
+    plots = charts(out, result)
+    html_path = _html(out, result, arms, runs, deltas, op_tables, plots)
     result["outputs"] = {"json": str(out / "compare.json"), "html": str(html_path), "tables": tables, "plots": {k: str(v) for k, v in plots.items()}}
     result = _clean(result)
-    tmp = out / "compare.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(out / "compare.json")
+    atomic_write_text(out / "compare.json", json.dumps(result, indent=2))
     return result

@@ -44,6 +44,20 @@ class RunSeries:
     breakdown: dict[str, float] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)
     throughput: dict | None = None
+    manifest: dict = field(default_factory=dict)
+    """The run directory's manifest.json ({} for a folder of traces)."""
+    has_step_records: bool = False
+    """The run has steps/*.jsonl records (steady-state steps), whichever source `steps` came from."""
+
+    @property
+    def run_state(self) -> dict | None:
+        """summary.json `run_state` (hpcprof.rundir.state): completed, failed, interrupted, ..."""
+        return self.summary.get("run_state")
+
+    @property
+    def complete(self) -> bool:
+        """A finished run, or a folder of traces (state unknown): its steps describe the configuration."""
+        return (self.run_state or {}).get("state") in (None, "completed", "unknown")
 
 
 def _table(analysis_dir: Path, name: str) -> pd.DataFrame:
@@ -113,21 +127,27 @@ def _mean(rows: list[dict], key: str) -> float | None:
     return float(np.mean(v)) if v else None
 
 
-def load_series(label: str, analysis_dir: Path) -> RunSeries:
-    """Read one analysis folder (summary.json and tables/) into a RunSeries."""
+def load_series(label: str, analysis_dir: Path, source: str = "auto") -> RunSeries:
+    """Read one analysis folder (summary.json and tables/) into a RunSeries. `source`: "auto" (the
+    steady-state steps of the step records when the run has them, else the trace's profiled steps)
+    or "trace" (the trace's profiled steps always: to compare like with like against a folder of
+    traces)."""
     try:
         summary = json.loads((analysis_dir / "summary.json").read_text())
     except (OSError, ValueError) as exc:
         raise ValueError(f"{analysis_dir}: no readable summary.json ({exc}); run python -m hpcprof.analyze on it first") from None
     recs = _table(analysis_dir, "steps_all")
+    manifest = _manifest(summary)
     tp = None
     steps = pd.DataFrame()
+    has_records = False
     if not recs.empty:
-        steps, parts, tp = _from_steps_files(recs, _manifest(summary))
-        source = "steps files (steady state)"
-    if steps.empty:
+        steps, parts, tp = _from_steps_files(recs, manifest)
+        has_records = not steps.empty
+        used = "steps files (steady state)"
+    if steps.empty or source == "trace":
         steps, parts = _from_trace(_table(analysis_dir, "steps_trace"))
-        source = "trace ProfilerSteps"
+        used = "trace ProfilerSteps"
     per_rank = summary.get("per_rank") or []
     pr = _table(analysis_dir, "per_rank")
     prof_steps = int(pr["profiled_steps"].sum()) if "profiled_steps" in pr else 0
@@ -145,4 +165,4 @@ def load_series(label: str, analysis_dir: Path) -> RunSeries:
         "device": summary.get("device"),
         "steps_used": int(len(steps)),
     }
-    return RunSeries(label, analysis_dir, summary, steps, source, parts, figures, tp)
+    return RunSeries(label, analysis_dir, summary, steps, used, parts, figures, tp, manifest, has_records)

@@ -1,6 +1,13 @@
-"""Change of a metric between two runs, with a bootstrap confidence interval and a verdict.
+"""Change of a metric between two arms (groups of replicate runs, often one run each), with a
+confidence interval, a verdict, and the smallest change the arms could detect.
 
-Why a bootstrap over steps: step times are skewed (occasional slow steps from the OS, the data
+Two sources of noise (noise.py has the model): between runs of one spec (the node, a neighbour's
+job, the machine's state) and between steps of one run. With replicates (or a calibration) the
+interval is the run-to-run one of noise.py; with one run each and no calibration only the
+within-run interval below exists, and it says nothing about the spread between runs: the change
+then gets no faster/slower verdict (NOISE_UNKNOWN), only its within-run figure, labelled as such.
+
+Within-run interval, why a bootstrap over steps: step times are skewed (occasional slow steps from the OS, the data
 loader, the allocator), so neither a t-interval nor a ratio of medians without an interval says
 whether a change is real. Each run's steps are resampled with replacement (independently for the
 two runs), the statistic is recomputed, and the 2.5th-97.5th percentiles of the relative change
@@ -10,20 +17,21 @@ within a run (on the 2-core VM: 260 -> 200 ms over one 30-step run, a core slowi
 seconds), and single-step resampling treats that drift as independent noise, giving intervals
 too narrow by half on such a run (tests/test_compare.py).
 
-Verdict: the change counts only when the interval excludes zero AND the point estimate is at
-least `min_change_pct` away from it. The second condition is there because steps within one run
-are not independent of the run (another job on the node, a slower host, the allocator's state):
-two runs of one spec differ even when nothing changed, and the within-run bootstrap cannot see
-that between-run spread. The default 3% is a floor against trivially small "significant" changes,
-not a measured spread: healthy pairs a minute apart differed by 1-14% on the quiet 2-core VM and
-by up to x5 when other work shared it (benchmarks/README.md, "Run comparison").
+Verdict: the change counts only when its interval excludes zero AND the point estimate is at
+least `min_change_pct` away from it: a floor against trivially small "significant" changes (3% by
+default), not a noise estimate (the run-to-run interval is).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from . import noise as rtr
+from .student import t_ppf
 
 N_BOOT = 2000
 SEED = 0
@@ -37,6 +45,11 @@ METRICS = {
     "data_wait_pct": ("ratio", -1),
 }
 NO_CHANGE = "no significant change"
+NOISE_UNKNOWN = "one run each: run-to-run noise unknown"
+"""The verdict of a change between single runs without a calibration: its within-run figure only."""
+BASES = ("replicates", "calibration", "within-run")
+"""What an interval is made of: run-to-run noise measured on the arms' replicates, taken from a
+calibration (--noise), or the steps of one run each (which cannot see the spread between runs)."""
 
 
 @dataclass
@@ -47,9 +60,28 @@ class Change:
     change_pct: float | None
     ci_pct: list[float] | None
     verdict: str
+    basis: str | None = None
+    """One of BASES (None: no interval)."""
+    runs: list[int] = field(default_factory=lambda: [1, 1])
+    """Runs used in the baseline arm and in this arm."""
+    noise: dict | None = None
+    """The run-to-run spread used (noise.Noise.as_dict()), None for a within-run interval."""
+    detectable_pct: float | None = None
+    """Smallest change these arms detect with 80% power at 95% (two-sided), in percent."""
+    runs_needed: int | None = None
+    """Runs per arm whose detectable change would reach this change (set when no verdict was given)."""
+    within_run_ci_pct: list[float] | None = None
+    """The within-run bootstrap interval (one run each only)."""
+    within_run_verdict: str | None = None
+    """What the within-run interval alone would say (one run each only)."""
+    note: str = ""
+    """One sentence: what the interval is made of, what the arms can see, how many runs would do."""
 
     def as_dict(self) -> dict:
-        return {"metric": self.metric, "base": self.base, "value": self.value, "change_pct": self.change_pct, "ci_pct": self.ci_pct, "verdict": self.verdict}
+        return {"metric": self.metric, "base": self.base, "value": self.value, "change_pct": self.change_pct, "ci_pct": self.ci_pct,
+                "verdict": self.verdict, "basis": self.basis, "runs": self.runs, "noise": self.noise,
+                "detectable_pct": self.detectable_pct, "runs_needed": self.runs_needed,
+                "within_run_ci_pct": self.within_run_ci_pct, "within_run_verdict": self.within_run_verdict, "note": self.note}
 
 
 def point(x: np.ndarray, stat: str) -> float | None:
@@ -103,7 +135,135 @@ def compare_metric(metric: str, base: np.ndarray, test: np.ndarray, min_change_p
     lo, hi = (float(v) for v in np.percentile(rel, [100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2]))
     significant = (lo > 0 or hi < 0) and abs(change) >= min_change_pct
     verdict = verdict_word(metric, change, direction) if significant else NO_CHANGE
-    return Change(metric, b, t, change, [lo, hi], verdict)
+    return Change(metric, b, t, change, [lo, hi], verdict, "within-run")
+
+
+def within_run_var(x: np.ndarray, stat: str, scale: str, n_boot: int = 500, seed: int = SEED) -> float:
+    """Variance of one run's statistic (transformed scale) from the block bootstrap of its steps."""
+    if len(x) < 2:
+        return 0.0
+    b = _boot(x, stat, np.random.default_rng(seed), n_boot)
+    b = b[np.isfinite(b) & (b > 0)] if scale == "log" else b[np.isfinite(b)]
+    if len(b) < 2:
+        return 0.0
+    return float(np.var(np.log(b) if scale == "log" else b, ddof=1))
+
+
+@dataclass
+class MetricRuns:
+    """One metric over every arm of a comparison: each run's statistic, the scale, and the noise
+    levels its intervals use. A change between two arms uses the run-to-run SD of those two arms
+    (pooled, as a two-sample t-test does); when neither has 2 runs, the SD pooled over the other
+    arms of the comparison (one machine, one time), else a calibration, else none. An arm's own
+    interval uses its own runs' SD. Why not always pool over every arm: one arm with an outlier run
+    (this VM: one channels_last replicate at 184 samples/s against 362 and 398) would widen every
+    other arm's interval; the two arms compared carry the evidence about their own spread."""
+
+    metric: str
+    arrays: list[list[np.ndarray]]
+    """Per arm, per usable run: the steps (stats.point input)."""
+    labels: list[str]
+    """The arms' labels (named in the noise's source)."""
+    calibration: dict | None = None
+    """--noise: metric -> noise.Noise, used when no arm has replicates."""
+    values: list[list[float]] = field(init=False)
+    """Per arm, each usable run's statistic."""
+    scale: str = field(init=False)
+    """log (relative changes) or linear (a statistic of 0 in some run)."""
+    noise: Any = field(init=False)
+    """The run-to-run noise pooled over every arm with replicates (the machine's: noise.json), else
+    the calibration's, else None."""
+
+    def __post_init__(self):
+        stat = METRICS[self.metric][0]
+        self.values = [[v for v in (point(x, stat) for x in runs) if v is not None and math.isfinite(v)] for runs in self.arrays]
+        self.scale = rtr.scale_of(self.values)
+        self.noise = rtr.pooled(self.values, self.scale, self.labels)
+        if self.noise is None and self.calibration and self.scale == "log":
+            self.noise = self.calibration.get(self.metric)
+
+    def noise_for(self, arms: list[int]) -> Any:
+        """The run-to-run noise for these arms: their own replicates, else the comparison's, else
+        the calibration (None: none)."""
+        own = rtr.pooled([self.values[i] for i in arms], self.scale, [self.labels[i] for i in arms])
+        return own if own is not None else self.noise
+
+    def level(self, i: int) -> float | None:
+        """The arm's value: geometric mean of its runs' statistics (arithmetic on the linear scale)."""
+        v = self.values[i]
+        if not v:
+            return None
+        y = rtr.transform(v, self.scale).mean()
+        return float(math.exp(y) if self.scale == "log" else y)
+
+    def _within_se2(self, i: int) -> float:
+        stat = METRICS[self.metric][0]
+        runs = [x for x in self.arrays[i] if point(x, stat) is not None]
+        return sum(within_run_var(x, stat, self.scale) for x in runs) / max(len(runs), 1) ** 2
+
+    def level_ci(self, i: int) -> tuple[list[float] | None, str | None]:
+        """The arm level's 95% interval with run-to-run noise, and its basis; (None, None) without a
+        noise level (the caller shows a single run's within-run interval instead)."""
+        v, n = self.values[i], len(self.values[i])
+        nz = self.noise_for([i]) if v else None
+        if nz is None:
+            return None, None
+        y = rtr.transform(v, self.scale).mean()
+        se = math.sqrt(max(nz.sd ** 2 / n, self._within_se2(i)))
+        h = t_ppf(0.5 + LEVEL / 2, nz.df) * se
+        lo, hi = y - h, y + h
+        if self.scale == "log":
+            lo, hi = math.exp(lo), math.exp(hi)
+        return [float(lo), float(hi)], nz.origin
+
+    def change(self, i: int, base: int = 0, min_change_pct: float = MIN_CHANGE_PCT) -> Change:
+        """Arm i against the baseline arm."""
+        stat, direction = METRICS[self.metric]
+        vb, vt = self.values[base], self.values[i]
+        b, t = self.level(base), self.level(i)
+        runs = [len(vb), len(vt)]
+        if b is None or t is None or b == 0:
+            return Change(self.metric, b, t, None, None, "not comparable (missing in one run)", runs=runs)
+        yb, yt = rtr.transform(vb, self.scale).mean(), rtr.transform(vt, self.scale).mean()
+        d = float(yt - yb)
+        change = rtr.to_pct(d, self.scale, yb)
+        one_each = runs == [1, 1]
+        within = None
+        if one_each:
+            xb = next(x for x in self.arrays[base] if point(x, stat) is not None)
+            xt = next(x for x in self.arrays[i] if point(x, stat) is not None)
+            within = compare_metric(self.metric, xb, xt, min_change_pct)
+        nz = self.noise_for([base, i])
+        if nz is None:
+            if within is None:  # cannot happen: a run with 2+ runs always gives a noise level
+                return Change(self.metric, b, t, change, None, "not enough runs for an interval", runs=runs)
+            note = ("one run each: run-to-run noise unknown, so the interval covers the steps of each run only; "
+                    "repeat the runs (--repeat 3) or pass --noise from a calibration for a verdict")
+            return Change(self.metric, b, t, within.change_pct, within.ci_pct, NOISE_UNKNOWN if within.ci_pct else within.verdict,
+                          "within-run", runs, None, None, None, within.ci_pct, within.verdict, note)
+        se = math.sqrt(max(nz.sd ** 2 * (1 / runs[0] + 1 / runs[1]), self._within_se2(base) + self._within_se2(i)))
+        h = t_ppf(0.5 + LEVEL / 2, nz.df) * se
+        lo, hi = rtr.to_pct(d - h, self.scale, yb), rtr.to_pct(d + h, self.scale, yb)
+        significant = (lo > 0 or hi < 0) and abs(change) >= min_change_pct
+        verdict = verdict_word(self.metric, change, direction) if significant else NO_CHANGE
+        mde = abs(rtr.to_pct(rtr.detectable(se, nz.df), self.scale, yb))
+        df_rest = nz.df - (runs[0] - 1) - (runs[1] - 1) if nz.origin == "replicates" else nz.df
+        needed = None
+        if not significant and abs(change) >= min_change_pct:
+            needed = rtr.runs_needed(nz.sd, max(df_rest, 0.0), change, self.scale, yb)
+        sd_pct = nz.sd_pct(yb)
+        each = f"{runs[0]} runs per arm" if runs[0] == runs[1] else f"{runs[0]} and {runs[1]} runs"
+        note = (f"{each} {'(one run each) ' if one_each else ''}can see {mde:.1f}% (95%, 80% power), "
+                f"with a run-to-run SD of {sd_pct:.1f}% from {nz.source}")
+        if not significant:
+            if abs(change) < min_change_pct:
+                note += f"; this change ({change:+.1f}%) is below --min-change-pct {min_change_pct:g}%"
+            elif needed:
+                note += f"; this change is {abs(change):.1f}%: run {needed} per arm to see it"
+            else:
+                note += f"; this change is {abs(change):.1f}%: more than {rtr.MAX_RUNS_NEEDED} runs per arm would be needed"
+        return Change(self.metric, b, t, change, [lo, hi], verdict, nz.origin, runs, nz.as_dict(), mde, needed,
+                      within.ci_pct if within else None, within.verdict if within else None, note)
 
 
 def simple_change(metric: str, base: float | None, value: float | None) -> Change:
@@ -111,4 +271,4 @@ def simple_change(metric: str, base: float | None, value: float | None) -> Chang
     if base is None or value is None:
         return Change(metric, base, value, None, None, "not comparable (missing in one run)")
     change = 100.0 * (value / base - 1.0) if base else None
-    return Change(metric, base, value, change, None, "no interval (one value per run)")
+    return Change(metric, base, value, change, None, "no interval (one value per run)", note="mean over each arm's runs")

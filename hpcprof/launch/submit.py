@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
+import dataclasses
 import io
 import shlex
 import statistics
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..rundir import RunDir, RunDirError, default_run_name
@@ -54,8 +57,9 @@ class Launch:
 
 
 # ------------------------------------------------------------------------------------ launch
-def launch(spec: JobSpec, argv: list[str] | None = None, log=print) -> Launch:
-    """Create the run directory and submit the job; does not wait."""
+def launch(spec: JobSpec, argv: list[str] | None = None, log=print, replicate: run_manifest.Replicate | None = None) -> Launch:
+    """Create the run directory and submit the job; does not wait. `replicate`: this run is one of
+    several runs of the spec (--repeat), recorded in the manifest with the resolved spec's hash."""
     from ..rank.workload import check_workload
 
     check_workload(spec)
@@ -70,10 +74,12 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print) -> Launch:
     spec.name = name
     run = RunDir.for_spec(spec, name)
     refuse_existing(run)
+    if replicate is not None:
+        replicate = dataclasses.replace(replicate, spec_sha256=run_manifest.spec_hash(spec.to_dict()))
     try:
         run.create(spec)
         command_line = list(argv if argv is not None else sys.argv)
-        run_manifest.write(run, run_manifest.Manifest.at_launch(spec, name, executor, world, command_line))
+        run_manifest.write(run, run_manifest.Manifest.at_launch(spec, name, executor, world, command_line, replicate=replicate))
     except OSError as exc:
         remove_never_started(run)
         raise LaunchError(f"cannot write the run directory {run.root} ({exc.strerror or exc}); "
@@ -243,8 +249,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="after a successful wait, run `python -m hpcprof.analyze` on the run and print where the report is",
     )
     parser.add_argument("--poll-s", type=float, default=1.0, help="seconds between progress polls (default: 1.0)")
+    parser.add_argument("--repeat", type=positive_int, default=1, metavar="N",
+                        help="launch N runs of the spec, one after another, named <name>-r1 .. <name>-rN and recorded as "
+                             "replicates (manifest.json `replicate`); python -m hpcprof.compare makes one arm of them and "
+                             "puts the run-to-run spread in its intervals (default: 1, one run named <name>)")
     add_spec_arguments(parser)
     return parser
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {v}")
+    return v
+
+
+def replicate_names(group: str, count: int) -> list[str]:
+    """The run names of `count` replicates of `group`: <group>-r1 .. <group>-r<count>."""
+    return [f"{group}-r{k}" for k in range(1, count + 1)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     with signals_raise():
         try:
             spec = spec_from_args(args, passthrough)
+            if args.repeat > 1:
+                return _repeat(args, spec, argv)
             launched = launch(spec, argv=["python", "-m", "hpcprof.submit", *argv])
             return _after_launch(args, launched)
         except (SpecError, LaunchError, RunDirError) as exc:
@@ -262,6 +290,43 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         except Interrupted as exc:
             return _interrupted(launched, exc)
+
+
+def _repeat(args: argparse.Namespace, spec: JobSpec, argv: list[str]) -> int:
+    """--repeat N: a thin loop over launch(), one run after another (local runs wait for each; SLURM
+    runs are chained with dependency=afterany so that replicates never share the nodes). The names
+    are checked before the first run starts; an interrupt stops the run in progress, as for one run."""
+    executor, _ = choose_executor(spec.resources.cluster)
+    resolved = resolve_resources(copy.deepcopy(spec), executor)
+    group = spec.name or default_run_name(resolved, resolved.resources.nodes * resolved.resources.tasks_per_node)
+    names = replicate_names(group, args.repeat)
+    validate_run_name(names[-1], "--name")
+    for name in names:
+        refuse_existing(RunDir.for_spec(spec, name))
+    codes: list[int] = []
+    prev_job = None
+    launched: Launch | None = None
+    try:
+        for k, name in enumerate(names, 1):
+            one = copy.deepcopy(spec)
+            one.name = name
+            if prev_job is not None:
+                one.resources.slurm_extra = {**one.resources.slurm_extra, "dependency": f"afterany:{prev_job}"}
+            print(f"hpcprof: replicate {k}/{args.repeat} of {group}", file=sys.stderr)
+            launched = launch(one, argv=["python", "-m", "hpcprof.submit", *argv],
+                              replicate=run_manifest.Replicate(group, k, args.repeat, ""))
+            if launched.executor == "slurm":
+                prev_job = launched.job.job_id
+            codes.append(_after_launch(args, launched))
+            launched = None
+    except Interrupted as exc:
+        return _interrupted(launched, exc)
+    root = Path(spec.runs_dir)
+    runs = " ".join(shlex.quote(str(root / n)) for n in names)
+    print(f"hpcprof: {args.repeat} replicate(s) of {group}: "
+          + ", ".join(f"r{k} {'ok' if c == EXIT_OK else 'failed'}" for k, c in enumerate(codes, 1)))
+    print(f"hpcprof: compare them (one arm) against another set with: python -m hpcprof.compare <baseline runs> {runs}")
+    return max(codes) if codes else EXIT_FAILED
 
 
 def _after_launch(args: argparse.Namespace, launched: Launch) -> int:

@@ -77,6 +77,41 @@ class Drills:
 
 
 @dataclass
+class Replicate:
+    """This run is one of `count` runs of one spec launched together (``submit --repeat N``, ``ladder
+    --repeat N``): ``compare`` groups the runs of one `group` (and one `spec_sha256`) into an arm."""
+
+    group: str
+    """The name given to the set (``--name``, the ladder rung's name); the runs are ``<group>-r<k>``."""
+    index: int
+    """1 .. count: the order of launch (a ladder interleaves rungs: rung A r1, rung B r1, A r2, ...)."""
+    count: int
+    """Runs in the set (--repeat N)."""
+    spec_sha256: str
+    """spec_hash() of the spec: runs of one group must share it."""
+
+
+SPEC_HASH_IGNORES = (("name",), ("runs_dir",), ("resources", "slurm_extra", "dependency"))
+"""Spec fields that name or place a run, or chain it after another, without changing what it runs."""
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """SHA-256 of the spec as a dict (JobSpec.to_dict(), the manifest's `spec`) less SPEC_HASH_IGNORES:
+    two runs with the same hash ran the same configuration (the code itself is not in the spec)."""
+    import copy
+    import hashlib
+
+    d = copy.deepcopy(spec) if isinstance(spec, dict) else {}
+    for path in SPEC_HASH_IGNORES:
+        node = d
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(path[-1], None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass
 class Clock:
     """Clocks read by a rank right after a barrier all ranks passed: aligns the ranks' traces."""
 
@@ -198,6 +233,8 @@ class Manifest:
     """The resolved spec (JobSpec.to_dict())."""
     world_size: int | None = None
     drills: Drills = field(default_factory=Drills)
+    replicate: Replicate | None = None
+    """Set when the run is one of several runs of one spec launched together (--repeat); else null."""
     # ---- written by rank 0 at each attempt
     launcher: str | None = None
     nodes: list[str] = field(default_factory=list)
@@ -217,11 +254,11 @@ class Manifest:
 
     @classmethod
     def at_launch(cls, spec, name: str, executor: str, world_size: int, command_line: list[str],
-                  job_id: str | None = None) -> "Manifest":
+                  job_id: str | None = None, replicate: Replicate | None = None) -> "Manifest":
         """What the launcher knows before the job starts."""
         return cls(hpcprof_version=__version__, name=name, created=now_iso(), executor=executor, job_id=job_id,
                    command_line=list(command_line), spec=spec.to_dict(), world_size=world_size,
-                   drills=Drills.from_spec(spec.drills))
+                   drills=Drills.from_spec(spec.drills), replicate=replicate)
 
     # ------------------------------------------------------------------ conversion
     def to_dict(self) -> dict[str, Any]:
@@ -232,8 +269,8 @@ class Manifest:
         return _from_dict(cls, data, "manifest")
 
 
-MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, ClockSkewDrill, Versions, RankEntry, Clock, Attempt, Outcome,
-                  FirstFailure, Capture)
+MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, ClockSkewDrill, Replicate, Versions, RankEntry, Clock, Attempt,
+                  Outcome, FirstFailure, Capture)
 """Every record type of manifest.json (docs/contract.md is checked against their fields)."""
 
 
