@@ -4,9 +4,9 @@ Why per-step series: a change is only "faster" when it beats the step-to-step no
 figure with a confidence interval is computed from a table of job steps that the bootstrap can
 resample (stats.py). The series come from the analysis folder's tables, never from the traces:
 - with step records (`tables/steps_all`): the steady-state job steps of the throughput module
-  (warm-up, epoch-boundary and profiled steps excluded, the same definition as the analysis):
-  samples/s, the slowest rank's step time, and the data-wait share (data wait / step time summed
-  over ranks);
+  (warm-up, epoch-boundary, trace-export and profiled steps excluded, the same definition as the
+  analysis): samples/s, the slowest rank's step time (on the GPU's clock on a CUDA run), and the
+  data-wait share (data wait / step time summed over ranks);
 - without them (a folder of traces): the profiled steps of the trace (`tables/steps_trace`), the
   slowest rank's `ProfilerStep` duration and the main thread's data-loading share. With one rank
   these equal the per-trace analysis (`per_rank.step_time_ms`, `host_data_loading_pct`).
@@ -26,7 +26,8 @@ import pandas as pd
 
 from ..analysis.reduce.throughput import throughput
 
-BREAKDOWN_JSONL = (("data_wait_s", "data wait"), ("drill_sleep_s", "drill sleep"), ("forward_s", "forward"), ("backward_s", "backward"), ("optimizer_s", "optimizer"))
+BREAKDOWN_JSONL = (("data_wait_s", "data wait"), ("copy_s", "copy"), ("drill_sleep_s", "drill sleep"), ("forward_s", "forward"),
+                   ("backward_s", "backward"), ("optimizer_s", "optimizer"))
 BREAKDOWN_TRACE = (("data_loading_ms", "data loading"), ("host_gap_ms", "host gap"), ("cpu_work_ms", "CPU operators"))
 
 
@@ -85,7 +86,8 @@ def _from_steps_files(recs: pd.DataFrame, manifest: dict) -> tuple[pd.DataFrame,
     if tp is None:
         return pd.DataFrame(), {}, None
     steady = per_step[per_step["phase"] == "steady"]
-    agg = steady.groupby("step").agg(data_s=("data_wait_s", "sum"), busy_s=("step_s", "sum"))
+    # step_time_s: the run's step time (on a GPU the GPU clock's; the host's step_s is a launch time there)
+    agg = steady.groupby("step").agg(data_s=("data_wait_s", "sum"), busy_s=("step_time_s", "sum"))
     j = job[job["phase"] == "steady"].set_index("step").join(agg, how="inner")
     out = pd.DataFrame(
         {
@@ -100,7 +102,7 @@ def _from_steps_files(recs: pd.DataFrame, manifest: dict) -> tuple[pd.DataFrame,
     for col, name in BREAKDOWN_JSONL:
         if col in steady and steady[col].notna().any():
             parts[name] = float(steady[col].astype(float).mean() * 1e3)
-    total = float(steady["step_s"].mean() * 1e3) if len(steady) else 0.0
+    total = float(steady["step_time_s"].mean() * 1e3) if len(steady) else 0.0
     parts["other"] = max(0.0, total - sum(parts.values()))
     return out, parts, tp
 
