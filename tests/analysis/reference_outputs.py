@@ -59,12 +59,20 @@ def canonical_summary(summary: dict, src: Path, out: Path) -> dict:
     return _replace(s, [(str(out), "<out>"), (str(src), "<src>")])
 
 
+def _numbers(e: dict) -> dict:
+    """Times as floats: 4 and 4.0 are the same time to a viewer (and to JSON's number type)."""
+    for k in ("ts", "dur"):
+        if isinstance(e.get(k), int):
+            e[k] = float(e[k])
+    return e
+
+
 def canonical_timeline(path: Path) -> dict:
     """The timeline document as {"meta": everything but the events, "events": sha256 of the sorted
-    events, "per_pid": {pid: {ph/cat: count}}}."""
+    events (times as floats), "per_pid": {pid: {ph/cat: count}}}."""
     with gzip.open(path, "rb") as fh:
         doc = json.loads(fh.read())
-    events = doc.pop("traceEvents")
+    events = [_numbers(e) for e in doc.pop("traceEvents")]
     lines = sorted(json.dumps(e, sort_keys=True, separators=(",", ":")) for e in events)
     per_pid: dict = {}
     for e in events:

@@ -25,8 +25,9 @@ from ..decode.load import TraceError, file_digest, read_trace, trace_meta
 from .operators import operator_table
 from .result import RankResult
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
+from .timeline_piece import PIECE, timeline_piece
 
-TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all", "operators", "launch_stats")
+TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all", "operators", "launch_stats", PIECE)
 
 
 def analyze_rank(
@@ -96,6 +97,10 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
     table = event_table(decoded)
     meta_keys, skipped = decoded.meta, decoded.skipped
     del decoded
+    piece, piece_info = timeline_piece(table)  # the merged timeline's part of this rank (outputs/timeline_trace.py)
+    if piece is not None:
+        piece.to_parquet(out / f"{PIECE}.parquet", index=False)
+    del piece
     tl = build_timeline(table)
     operator_table(table).to_parquet(out / "operators.parquet", index=False)
     warnings = list(tm.warnings)
@@ -157,6 +162,7 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
         "gpu_memory_peak_bytes": tl.memory_peak_bytes,
         "n_events": n_events,
         "hta_loader": loader,
+        "timeline": piece_info,
         "warnings": warnings,
         **gpu,
     }
