@@ -26,50 +26,62 @@ SELECT_COLUMNS = ["is_x", "ts", "dur", "gpu", "runtime", "corr", "kind"]
 """The columns the selection and the budget read."""
 
 
-def read_piece(path: str, columns: list[str] | None = None) -> pd.DataFrame:
+def read_piece(path: str, columns: list[str] | None = None) -> pa.Table:
+    """A rank's piece (or some of its columns) as an Arrow table, text columns dictionary-encoded."""
     import pyarrow.parquet as pq
 
     cols = columns or COLUMNS
     dict_cols = [c for c in ("cat_json", "name_json", "pid", "tid", "kind") if c in cols]
-    t = pq.read_table(path, columns=cols, read_dictionary=dict_cols)
-    return t.to_pandas()
+    return pq.read_table(path, columns=cols, read_dictionary=dict_cols)
 
 
-def select_events(piece: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
+def col(t: pa.Table, name: str) -> np.ndarray:
+    """A numeric or boolean column as a numpy array."""
+    return t.column(name).to_numpy()
+
+
+def codes(t: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
+    """A text column as (codes, the distinct values they index)."""
+    arr = t.column(name).combine_chunks()
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    return arr.indices.to_numpy(zero_copy_only=False).astype(np.int64), [str(v) for v in arr.dictionary.to_pylist()]
+
+
+def select_events(piece: pa.Table, lo: float, hi: float) -> pa.Table:
     """The events of the chosen steps' window [lo, hi) of the rank's own clock, in trace order: host
     events overlapping it; GPU events launched in it (their runtime call, matched by correlation id,
     overlaps it) or, without a launch record there, starting in it; instant events inside it."""
-    is_x = piece["is_x"].to_numpy()
-    gpu = piece["gpu"].to_numpy()
-    ts = piece["ts"].to_numpy()
-    dur = piece["dur"].to_numpy()
-    corr = piece["corr"].to_numpy()
+    is_x, gpu, ts, dur, corr = (col(piece, c) for c in ("is_x", "gpu", "ts", "dur", "corr"))
     inside = (ts >= lo) & (ts < hi)
     host = is_x & ~gpu & (ts < hi) & (ts + dur > lo)
-    launched = corr[host & piece["runtime"].to_numpy() & (corr >= 0)]
+    launched = corr[host & col(piece, "runtime") & (corr >= 0)]
     gpu_keep = is_x & gpu & ((np.isin(corr, launched) & (corr >= 0)) | inside)
     inst = ~is_x & inside
-    return piece[host | gpu_keep | inst]
+    return piece.filter(pa.array(host | gpu_keep | inst))
 
 
-def thread_ids(f: pd.DataFrame, main_tid: str) -> dict[tuple[bool, str, str], tuple[int, str]]:
-    """(gpu, pid, tid) -> (thread id on the timeline, its name): the main thread first, then the
-    other CPU threads, then the GPU streams, each group by tid."""
-    found = f[["gpu", "pid", "tid"]].astype({"pid": str, "tid": str}).drop_duplicates()
-    keys = sorted(zip(found["gpu"].astype(bool), found["pid"], found["tid"]), key=lambda k: (k[0], k[2] != main_tid, k[2]))
+def thread_ids(f: pa.Table, main_tid: str) -> tuple[dict[tuple[bool, str, str], tuple[int, str]], np.ndarray]:
+    """((gpu, pid, tid) -> (thread id on the timeline, its name), each event's thread id): the main
+    thread first, then the other CPU threads, then the GPU streams, each group by tid."""
+    pc_, pids = codes(f, "pid")
+    tc, tids = codes(f, "tid")
+    gpu = col(f, "gpu")
+    key = (gpu.astype(np.int64) * (len(pids) + 1) + pc_) * (len(tids) + 1) + tc
+    uniq, inv = np.unique(key, return_inverse=True)
+    found = [(bool(k // ((len(pids) + 1) * (len(tids) + 1))), pids[(k // (len(tids) + 1)) % (len(pids) + 1)], tids[k % (len(tids) + 1)])
+             for k in uniq.tolist()]
     out: dict = {}
     n_gpu = n_cpu = 0
-    for gpu, pid_, tid_ in keys:
-        key = (bool(gpu), pid_, tid_)
-        if key in out:
-            continue
-        if gpu:
+    for g, pid_, tid_ in sorted(set(found), key=lambda k: (k[0], k[2] != main_tid, k[2], k[1])):
+        if g:
             n_gpu += 1
-            out[key] = (GPU_TID_BASE + n_gpu, f"GPU {pid_} stream {tid_}")
+            out[(g, pid_, tid_)] = (GPU_TID_BASE + n_gpu, f"GPU {pid_} stream {tid_}")
         else:
             n_cpu += 1
-            out[key] = (n_cpu, f"main thread ({tid_})" if tid_ == main_tid else f"thread {tid_}")
-    return out
+            out[(g, pid_, tid_)] = (n_cpu, f"main thread ({tid_})" if tid_ == main_tid else f"thread {tid_}")
+    per_key = np.array([out[k][0] for k in found], dtype=np.int64)
+    return out, per_key[inv] if len(inv) else np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -96,74 +108,67 @@ def _joined(arr: pa.Array) -> bytes:
     return arr.buffers()[2].to_pybytes()[offsets[0]: offsets[-1]]
 
 
-def _events_json(f: pd.DataFrame, r: int, shift: float, tids: np.ndarray) -> bytes:
+def _events_json(f: pa.Table, r: int, shift: float, tids: np.ndarray) -> bytes:
     """The events of `f` as JSON objects, each followed by a comma."""
-    is_x = pa.array(f["is_x"].to_numpy())
-    corr = f["corr"].to_numpy()
-    has_args = (corr >= 0) & (f["gpu"].to_numpy() | f["runtime"].to_numpy())
-    head = pc.binary_join_element_wise(
+    is_x = f.column("is_x")
+    corr = col(f, "corr")
+    has_args = (corr >= 0) & (col(f, "gpu") | col(f, "runtime"))
+    text = pc.binary_join_element_wise(
         pc.if_else(is_x, '{"ph":"X","cat":', '{"ph":"i","cat":'),
-        pa.array(f["cat_json"].astype(str).to_numpy(), pa.string()), ',"name":',
-        pa.array(f["name_json"].astype(str).to_numpy(), pa.string()), f',"pid":{r},"tid":',
-        _text(tids), ',"ts":', _text(np.round(f["ts"].to_numpy() - shift, 3)),
-        pc.if_else(is_x, pc.binary_join_element_wise(',"dur":', _text(f["dur"].to_numpy()), ""), ',"s":"t"'),
+        f.column("cat_json").cast(pa.string()), ',"name":', f.column("name_json").cast(pa.string()), f',"pid":{r},"tid":',
+        _text(tids), ',"ts":', _text(np.round(col(f, "ts") - shift, 3)),
+        pc.if_else(is_x, pc.binary_join_element_wise(',"dur":', _text(col(f, "dur")), ""), ',"s":"t"'),
         pc.if_else(pa.array(has_args), pc.binary_join_element_wise(',"args":{"correlation":', _text(np.where(has_args, corr, 0).astype(np.int64)), "}", ""), ""),
         "},", "")
-    return _joined(head)
+    return _joined(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
 
 
-def _flows_json(f: pd.DataFrame, r: int, shift: float, threads: dict, tids: np.ndarray) -> tuple[bytes, int]:
+def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarray) -> tuple[bytes, int]:
     """Launch flows: from each runtime call to the device event it launched (same correlation id;
-    the last runtime call of an id wins), each arrow a pair of 's' and 'f' events."""
-    corr = f["corr"].to_numpy()
-    rt = f["runtime"].to_numpy() & (corr >= 0)
+    the last runtime call of an id wins), each arrow a pair of 's' and 'f' events; and their count."""
+    corr = col(f, "corr")
+    ts = col(f, "ts")
+    rt = col(f, "runtime") & (corr >= 0)
     if not rt.any():
         return b"", 0
     rt_corr = corr[rt].astype(np.int64)
-    rt_ts = f["ts"].to_numpy()[rt] - shift
-    rt_tid = tids[rt]
-    last = pd.Series(np.arange(rt_corr.size), index=rt_corr).groupby(level=0).last()
-    gpu_threads = {f"{p}\x1f{t}" for (g, p, t) in threads if g}
-    keys = f["pid"].astype(str) + "\x1f" + f["tid"].astype(str)
-    on_gpu_thread = keys.isin(gpu_threads).to_numpy()
+    order = np.arange(rt_corr.size)
+    last = pd.Series(order, index=rt_corr).groupby(level=0).last()
+    on_gpu_thread = tids > GPU_TID_BASE  # a device stream of this rank (threads: GPU ids above the base)
     cand = (corr >= 0) & on_gpu_thread & np.isin(corr, rt_corr)
     if not cand.any():
         return b"", 0
     c = corr[cand].astype(np.int64)
     src = last.reindex(c).to_numpy()
     fid = _text(c * 100_000 + r)
-    gpu_tids = np.array([threads[(True, p, t)][0] for p, t in zip(f["pid"].astype(str).to_numpy()[cand], f["tid"].astype(str).to_numpy()[cand])], dtype=np.int64)
-    s = pc.binary_join_element_wise('{"ph":"s","cat":"launch","name":"launch","id":', fid, f',"pid":{r},"tid":', _text(rt_tid[src]),
-                                    ',"ts":', _text(rt_ts[src]), '},', "")
-    e = pc.binary_join_element_wise('{"ph":"f","bp":"e","cat":"launch","name":"launch","id":', fid, f',"pid":{r},"tid":', _text(gpu_tids),
-                                    ',"ts":', _text(f["ts"].to_numpy()[cand] - shift), '},', "")
+    s = pc.binary_join_element_wise('{"ph":"s","cat":"launch","name":"launch","id":', fid, f',"pid":{r},"tid":', _text(tids[rt][src]),
+                                    ',"ts":', _text(ts[rt][src] - shift), '},', "")
+    e = pc.binary_join_element_wise('{"ph":"f","bp":"e","cat":"launch","name":"launch","id":', fid, f',"pid":{r},"tid":', _text(tids[cand]),
+                                    ',"ts":', _text(ts[cand] - shift), '},', "")
     return _joined(pc.binary_join_element_wise(s, e, "")), 2 * int(cand.sum())
 
 
-def render_rank(f: pd.DataFrame, label: RankLabel, main_tid: str, shift: float, keep_flows: bool) -> tuple[bytes, int]:
+def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep_flows: bool) -> tuple[bytes, int]:
     """The rank's process: its name, its threads' names, its events (shifted by -shift: onto the
     job's clock, time 0 at the start of the first chosen step), and its launch flows, as JSON
     objects each followed by a comma; and the number of events that are not metadata."""
     r = label.rank
-    gpu = f["gpu"].to_numpy()
-    dev = f["dev"].to_numpy()[gpu]
+    gpu = col(f, "gpu")
+    dev = col(f, "dev")[gpu]
     gpu_ids = sorted({int(x) for x in dev[np.isfinite(dev)]})
     device = label.device or ("cuda" if len(gpu_ids) else "cpu")
     if gpu_ids and device in ("cuda", "gpu"):
         device = "GPU " + ",".join(map(str, gpu_ids))
     elif gpu_ids:
         device = f"{device} (GPU {','.join(map(str, gpu_ids))})"
-    threads = thread_ids(f, main_tid)
+    threads, tids = thread_ids(f, main_tid)
     meta = [_meta(r, 0, "process_name", {"name": f"rank {r} · {label.node or 'unknown'} · {device}"}),
             _meta(r, 0, "process_sort_index", {"sort_index": r})]
     for new, name in threads.values():
         meta += [_meta(r, new, "thread_name", {"name": name}), _meta(r, new, "thread_sort_index", {"sort_index": new})]
-    key_tid = {f"{int(g)}\x1f{p}\x1f{t}": v[0] for (g, p, t), v in threads.items()}
-    keys = pd.Series(gpu.astype(int).astype(str), index=f.index) + "\x1f" + f["pid"].astype(str) + "\x1f" + f["tid"].astype(str)
-    tids = keys.map(key_tid).to_numpy(dtype=np.int64)
-    out = [b"".join(msgspec.json.encode(m) + b"," for m in meta), _events_json(f, r, shift, tids)]
+    out = [b"".join(msgspec.json.encode(m) + b"," for m in meta), _events_json(f, r, shift, tids) if len(f) else b""]
     n = len(f)
-    if keep_flows:
+    if keep_flows and len(f):
         flows, n_flows = _flows_json(f, r, shift, threads, tids)
         out.append(flows)
         n += n_flows

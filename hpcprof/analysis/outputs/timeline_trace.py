@@ -44,11 +44,12 @@ from typing import Callable, Sequence
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..reduce.clocks import ClockAlignment
 from .gzip_stream import GzipStream
 from .rounding import round_summary
-from .timeline_render import ANNOT_TID, SELECT_COLUMNS, RankLabel, read_piece, render_rank, select_events
+from .timeline_render import ANNOT_TID, SELECT_COLUMNS, RankLabel, codes, col, read_piece, render_rank, select_events
 
 FILE_NAME = "timeline.pt.trace.json.gz"
 DEFAULT_MAX_EVENTS = 1_000_000
@@ -181,14 +182,15 @@ class Budget:
     """Events of cut_kind shorter than this are dropped, and `ties` of those exactly this long."""
     ties: int = 0
 
-    def mask(self, f: pd.DataFrame) -> np.ndarray:
+    def mask(self, f: pa.Table) -> np.ndarray:
         """Keep-mask of one rank's selected events; ranks must come in rank order (the ties go to
         the lowest ranks first, then in trace order)."""
-        kind = f["kind"].astype(str).to_numpy()
-        keep = ~np.isin(kind, list(self.drop_all)) if self.drop_all else np.ones(len(f), dtype=bool)
-        if self.cut_kind is not None:
-            is_k = kind == self.cut_kind
-            dur = f["dur"].to_numpy()
+        kc, kinds = codes(f, "kind")
+        dropped = [i for i, k in enumerate(kinds) if k in self.drop_all]
+        keep = ~np.isin(kc, dropped) if dropped else np.ones(f.num_rows, dtype=bool)
+        if self.cut_kind is not None and self.cut_kind in kinds:
+            is_k = kc == kinds.index(self.cut_kind)
+            dur = col(f, "dur")
             keep &= ~(is_k & (dur < self.cut_below_us))
             eq = np.flatnonzero(is_k & (dur == self.cut_below_us))
             take = min(self.ties, eq.size)
@@ -206,14 +208,18 @@ class _Counts:
         self.flows = 0
         self.durations: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
-    def add(self, f: pd.DataFrame) -> None:
-        kind = f["kind"].astype(str).to_numpy()
-        for k, n in zip(*np.unique(kind, return_counts=True)):
-            self.kinds[str(k)] = self.kinds.get(str(k), 0) + int(n)
-        self.flows += 2 * int(((f["corr"].to_numpy() >= 0) & f["gpu"].to_numpy()).sum())
-        dur = f["dur"].to_numpy()
+    def add(self, f: pa.Table) -> None:
+        kc, names = codes(f, "kind")
+        n_by = np.bincount(kc, minlength=len(names))
+        for k, n in zip(names, n_by):
+            if n:
+                self.kinds[k] = self.kinds.get(k, 0) + int(n)
+        self.flows += 2 * int(((col(f, "corr") >= 0) & col(f, "gpu")).sum())
+        dur = col(f, "dur")
         for k in DROP_ORDER[1:]:
-            d = dur[kind == k]
+            if k not in names:
+                continue
+            d = dur[kc == names.index(k)]
             if d.size:
                 v, c = np.unique(d, return_counts=True)
                 if k in self.durations:
@@ -324,7 +330,7 @@ def write_timeline(
         for r in tqdm(have, desc="hpcprof: merged timeline", unit="rank", disable=not progress):
             src = by_rank[r]
             f = select_events(read_piece(src.piece), *window[r])
-            f = f[budget.mask(f)]
+            f = f.filter(pa.array(budget.mask(f)))
             text, n = render_rank(f, RankLabel(r, src.node, src.device), src.main_tid, offs.get(r, 0.0) + origin, budget.keep_flows)
             del f
             kept += n

@@ -103,21 +103,21 @@ def _rematch(rest: pd.DataFrame, tol: float) -> pd.DataFrame:
         return x
 
     for _, grp in rest.groupby(["kind", "group"]):
-        ranks = sorted(grp["rank"].unique())
+        # each rank's instances as arrays, split once (the pairs of ranks are many at scale)
+        by_rank = {int(r): (g.index.to_numpy(), g["end"].to_numpy(float), g["arrival"].to_numpy(float))
+                   for r, g in grp.groupby("rank", sort=True)}
+        ranks = list(by_rank)
         for i, a in enumerate(ranks):
-            ga = grp[grp["rank"] == a]
+            ia_, ea, aa = by_rank[a]
             for b in ranks[i + 1:]:
-                gb = grp[grp["rank"] == b]
-                ea, eb = ga["end"].to_numpy(float), gb["end"].to_numpy(float)
+                ib_, eb, ab = by_rank[b]
                 d = np.abs(ea[:, None] - eb[None, :])
                 na, nb = d.argmin(axis=1), d.argmin(axis=0)
-                for x, y in enumerate(na):
-                    if nb[y] != x or d[x, y] > tol:
-                        continue
-                    ia, ib = ga.index[x], gb.index[y]
-                    if max(rest.at[ia, "arrival"], rest.at[ib, "arrival"]) > min(ea[x], eb[y]) + tol:
-                        continue
-                    parent[find(ia)] = find(ib)
+                x = np.arange(na.size)
+                y = na
+                ok = (nb[y] == x) & (d[x, y] <= tol) & (np.maximum(aa[x], ab[y]) <= np.minimum(ea[x], eb[y]) + tol)
+                for xx, yy in zip(x[ok], y[ok]):
+                    parent[find(ia_[xx])] = find(ib_[yy])
     groups: dict[int, list[int]] = {}
     for i in list(parent):
         groups.setdefault(find(i), []).append(i)
