@@ -118,15 +118,18 @@ def _rematch(rest: pd.DataFrame, tol: float) -> pd.DataFrame:
                 ok = (nb[y] == x) & (d[x, y] <= tol) & (np.maximum(aa[x], ab[y]) <= np.minimum(ea[x], eb[y]) + tol)
                 for xx, yy in zip(x[ok], y[ok]):
                     parent[find(ia_[xx])] = find(ib_[yy])
-    groups: dict[int, list[int]] = {}
-    for i in list(parent):
-        groups.setdefault(find(i), []).append(i)
-    keep = []
-    for root, members in groups.items():
-        sub = rest.loc[members]
-        if len(members) >= 2 and sub["rank"].is_unique:
-            keep.append(sub.assign(key=f"end-matched|{root}"))
-    return pd.concat(keep) if keep else rest.iloc[:0]
+    if not parent:
+        return rest.iloc[:0]
+    members = list(parent)
+    roots = pd.Series([find(i) for i in members], index=members)
+    sub = rest.loc[members].assign(_root=roots.to_numpy())
+    g = sub.groupby("_root")["rank"]
+    # a group of two or more instances, one per rank (in first-seen order of the groups, as before)
+    ok = (g.transform("size") >= 2) & (g.transform("nunique") == g.transform("size"))
+    sub = sub[ok.to_numpy()]
+    order = {r: i for i, r in enumerate(dict.fromkeys(roots.to_numpy().tolist()))}
+    sub = sub.iloc[np.argsort(sub["_root"].map(order).to_numpy(), kind="stable")]
+    return sub.assign(key=["end-matched|" + str(r) for r in sub["_root"]]).drop(columns="_root")
 
 
 @dataclass
