@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from .. import cache
-from ..decode.events import event_table
-from ..decode.load import TraceError, file_digest, read_trace, trace_meta
+from ..decode.load import TraceError, file_digest, trace_meta
+from ..decode.stream import read_event_table
 from .operators import operator_table
 from .result import RankResult
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
@@ -50,14 +50,15 @@ def analyze_rank(
     t0 = time.perf_counter()
     with _gc_paused():
         try:
-            decoded = read_trace(trace_path)
+            # the event table, decoded as a stream for large files (decode/stream.py)
+            meta_keys, table, n_events, skipped = read_event_table(trace_path)
         except TraceError as exc:
             return RankResult.failed(trace_path, str(exc))
-        box = [decoded]
-        del decoded  # _analyze_doc drops the decoded records once its event table is built
+        box = [table]
+        del table  # _analyze_doc drops the event table once it has what it needs from it
         try:
             with cache.EntryWriter(cache_dir, digest) as tmp:
-                _analyze_doc(trace_path, box, digest, tmp)
+                _analyze_doc(trace_path, meta_keys, box, n_events, skipped, digest, tmp)
         except Exception as exc:  # odd input we did not foresee: this file only, whatever the executor
             return RankResult.failed(trace_path, f"{trace_path.name}: analysis failed ({type(exc).__name__}: {exc})")
     res = _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
@@ -90,13 +91,9 @@ def _result(d: Path, trace_path: Path, cached: bool) -> RankResult:
     return RankResult(path=str(trace_path), ok=True, dir=str(d), meta=meta, tables=tables, cached=cached)
 
 
-def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
-    decoded = box.pop()
-    tm = trace_meta(trace_path, decoded.meta)
-    n_events = len(decoded)
-    table = event_table(decoded)
-    meta_keys, skipped = decoded.meta, decoded.skipped
-    del decoded
+def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, skipped: int, digest: str, out: Path) -> None:
+    table = box.pop()
+    tm = trace_meta(trace_path, meta_keys)
     piece, piece_info = timeline_piece(table)  # the merged timeline's part of this rank (outputs/timeline_trace.py)
     if piece is not None:
         piece.to_parquet(out / f"{PIECE}.parquet", index=False)
