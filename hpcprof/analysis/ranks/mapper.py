@@ -125,7 +125,9 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         try:
             from .hta_rank import run_hta_rank
 
-            h = run_hta_rank(str(trace_path), tm.rank, table, meta_keys)
+            box = [table]  # HTA's frame consumes the event table (the last step that reads it)
+            del table
+            h = run_hta_rank(str(trace_path), tm.rank, box, meta_keys)
             loader = h["loader"]
             row = h["temporal"].iloc[0].to_dict()
             gpu["temporal"] = {k: (None if isinstance(v, float) and math.isnan(v) else float(v)) for k, v in row.items() if k != "rank"}
