@@ -24,6 +24,8 @@ COLUMNS = ["is_x", "cat_json", "name_json", "ts", "dur", "pid", "tid", "dev", "g
 """The piece's columns (ranks/timeline_piece.py writes them)."""
 SELECT_COLUMNS = ["is_x", "ts", "dur", "gpu", "runtime", "corr", "kind"]
 """The columns the selection and the budget read."""
+BATCH = 16384
+"""Events turned into text at a time (the parent's memory: one batch's strings, not a rank's)."""
 
 
 def read_piece(path: str, columns: list[str] | None = None) -> pa.Table:
@@ -148,10 +150,11 @@ def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarr
     return _joined(pc.binary_join_element_wise(s, e, "")), 2 * int(cand.sum())
 
 
-def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep_flows: bool) -> tuple[bytes, int]:
+def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep_flows: bool, write) -> int:
     """The rank's process: its name, its threads' names, its events (shifted by -shift: onto the
-    job's clock, time 0 at the start of the first chosen step), and its launch flows, as JSON
-    objects each followed by a comma; and the number of events that are not metadata."""
+    job's clock, time 0 at the start of the first chosen step), and its launch flows, handed to
+    `write` as runs of JSON objects each followed by a comma; returns the number of events that are
+    not metadata."""
     r = label.rank
     gpu = col(f, "gpu")
     dev = col(f, "dev")[gpu]
@@ -166,10 +169,13 @@ def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep
             _meta(r, 0, "process_sort_index", {"sort_index": r})]
     for new, name in threads.values():
         meta += [_meta(r, new, "thread_name", {"name": name}), _meta(r, new, "thread_sort_index", {"sort_index": new})]
-    out = [b"".join(msgspec.json.encode(m) + b"," for m in meta), _events_json(f, r, shift, tids) if len(f) else b""]
+    write(b"".join(msgspec.json.encode(m) + b"," for m in meta))
+    for lo in range(0, len(f), BATCH):  # in batches: the text of a batch is made and handed on
+        write(_events_json(f.slice(lo, BATCH), r, shift, tids[lo: lo + BATCH]))
     n = len(f)
     if keep_flows and len(f):
         flows, n_flows = _flows_json(f, r, shift, threads, tids)
-        out.append(flows)
+        write(flows)
         n += n_flows
-    return b"".join(out), n
+    pa.default_memory_pool().release_unused()
+    return n

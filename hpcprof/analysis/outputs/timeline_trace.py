@@ -331,10 +331,8 @@ def write_timeline(
             src = by_rank[r]
             f = select_events(read_piece(src.piece), *window[r])
             f = f.filter(pa.array(budget.mask(f)))
-            text, n = render_rank(f, RankLabel(r, src.node, src.device), src.main_tid, offs.get(r, 0.0) + origin, budget.keep_flows)
+            kept += render_rank(f, RankLabel(r, src.node, src.device), src.main_tid, offs.get(r, 0.0) + origin, budget.keep_flows, arr.add)
             del f
-            kept += n
-            arr.add(text)
             arr.add(_encode([m for x in built for m in (
                 {"ph": "M", "name": "thread_name", "pid": r, "tid": x.tid, "args": {"name": x.name}},
                 {"ph": "M", "name": "thread_sort_index", "pid": r, "tid": x.tid, "args": {"sort_index": x.sort_index}})]))
