@@ -96,7 +96,9 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     tm = trace_meta(trace_path, meta_keys)
     piece, piece_info = timeline_piece(table)  # the merged timeline's part of this rank (outputs/timeline_trace.py)
     if piece is not None:
-        piece.to_parquet(out / f"{PIECE}.parquet", index=False)
+        import pyarrow.parquet as pq
+
+        pq.write_table(piece, out / f"{PIECE}.parquet")
     del piece
     tl = build_timeline(table)
     operator_table(table).to_parquet(out / "operators.parquet", index=False)

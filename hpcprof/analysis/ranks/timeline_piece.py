@@ -24,12 +24,15 @@ import re
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 PIECE = "timeline"
 """Table name in the parse-cache entry (ranks.mapper.TABLES)."""
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "gpu_user_annotation"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
+KINDS = ("gpu", "python_functions", "runtime_calls", "short_cpu_ops", "cpu_ops", "instant_events", "keep")
+"""What the size budget knows an event as (outputs/timeline_trace.DROP_ORDER drops some of them)."""
 SHORT_OP_US = 10.0
 """CPU operators shorter than this are the kind "short_cpu_ops" (dropped before longer ones)."""
 
@@ -52,7 +55,7 @@ def _factor(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return c, np.asarray(u, dtype=object)
 
 
-def timeline_piece(ev: pd.DataFrame) -> tuple[pd.DataFrame | None, dict]:
+def timeline_piece(ev: pd.DataFrame) -> tuple[pa.Table | None, dict]:
     """(the piece's events or None when the rank has no profiler step, meta.json's `timeline`:
     {"main_tid": str, "steps": [[step, start_us, end_us], ...]} of the main thread)."""
     n = len(ev)
@@ -95,33 +98,38 @@ def timeline_piece(ev: pd.DataFrame) -> tuple[pd.DataFrame | None, dict]:
     idx = np.flatnonzero(host_x | gpu_keep | inst)
     nc, cc, d, p_ = name_c[idx], cat_c[idx], dur[idx], ph[idx]
     g = is_gpu[idx]
-    kind = np.full(idx.size, "", dtype=object)
-    kind[g] = "gpu"
-    kind[~g & (cats[cc] == "python_function")] = "python_functions"
-    kind[~g & is_rt[idx]] = "runtime_calls"
+    K = {k: i for i, k in enumerate(KINDS)}
+    kind = np.full(idx.size, -1, dtype=np.int8)
+    kind[g] = K["gpu"]
+    kind[~g & (cats[cc] == "python_function")] = K["python_functions"]
+    kind[~g & is_rt[idx]] = K["runtime_calls"]
     cpu_op = ~g & (cats[cc] == "cpu_op")
-    kind[cpu_op & (d < SHORT_OP_US)] = "short_cpu_ops"
-    kind[cpu_op & (d >= SHORT_OP_US)] = "cpu_ops"
-    kind[p_ == "i"] = "instant_events"
+    kind[cpu_op & (d < SHORT_OP_US)] = K["short_cpu_ops"]
+    kind[cpu_op & (d >= SHORT_OP_US)] = K["cpu_ops"]
+    kind[p_ == "i"] = K["instant_events"]
     # never dropped: GPU activity, step markers and other annotations, collectives (gloo:*/nccl ops)
     coll = np.array([isinstance(v, str) and (v.startswith("gloo:") or "nccl" in v.lower() or v.startswith("c10d::")) for v in names], dtype=bool)
-    kind[coll[nc] & (kind != "gpu")] = "keep"
-    kind[kind == ""] = "keep"
+    kind[coll[nc] & (kind != K["gpu"])] = K["keep"]
+    kind[kind < 0] = K["keep"]
     # the GPU id a device event's pid names (an int, or digits), else NaN
     dev = np.array([float(int(x)) if isinstance(x, (int, np.integer)) or str(x).isdigit() else np.nan for x in pids], dtype=float)
-    text = lambda u: np.array([str(v) for v in u], dtype=object)  # noqa: E731
-    frame = pd.DataFrame({
+    # text columns as dictionary arrays (codes into the distinct values): a 1 GB rank's piece holds
+    # no Python object per event
+    def dictionary(codes: np.ndarray, values) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array([str(v) for v in values], pa.string()))
+
+    frame = pa.table({
         "is_x": p_ == "X",
-        "cat_json": _json_strings(cats)[cc],
-        "name_json": _json_strings(names)[nc],
+        "cat_json": dictionary(cc, _json_strings(cats)),
+        "name_json": dictionary(nc, _json_strings(names)),
         "ts": ts[idx],
         "dur": np.where(p_ == "X", d, 0.0),
-        "pid": text(pids)[pid_c[idx]],
-        "tid": text(tids)[tid_c[idx]],
+        "pid": dictionary(pid_c[idx], pids),
+        "tid": dictionary(tid_c[idx], tids),
         "dev": dev[pid_c[idx]],
         "gpu": g,
         "runtime": is_rt[idx] & ~g,
         "corr": corr[idx],
-        "kind": kind,
+        "kind": dictionary(kind, KINDS),
     })
     return frame, info
