@@ -21,7 +21,7 @@ import pytest
 from hpcprof.analysis import analyze
 from hpcprof.rank.clock_skew import skew_trace_file
 
-from .conftest import DLRM, DRILL_ARGS, DRILL_RANKS, load_trace, require, write_trace
+from .conftest import DLRM, DRILL_ARGS, DRILL_RANKS, SAMPLED, load_trace, require, write_trace
 
 NAME_RE = re.compile(r"^rank (\d+) · (.+) · (.+)$")
 SKEW_MS = 3.7
@@ -131,6 +131,21 @@ def test_size_budget_drops_low_value_events_first_and_says_so(tmp_path, parse_ca
     kernels = sum(1 for e in doc["traceEvents"] if e.get("cat") == "kernel")
     assert kernels == sum(sum(step_kernels(load_trace(p), 10).values()) for p in DLRM.iterdir())
     assert tl["events"] <= 6000
+
+
+def test_steps_beyond_the_budget_are_left_out_whole_and_said(tmp_path, parse_cache):
+    """The sampled set's GPU activity alone (2 steps) is above a 1,500-event budget: the second
+    step is left out, whole (every kernel of the first step is there), with a warning."""
+    s = analyze(require(SAMPLED), out=tmp_path / "an", progress=False, timeline_max_events=1500, cache_dir=parse_cache)
+    whole = analyze(require(SAMPLED), out=tmp_path / "whole", progress=False, cache_dir=parse_cache)["timeline"]
+    tl = s["timeline"]
+    first, second = whole["steps"]
+    assert tl["steps"] == [first] and tl["steps_left_out"] == [second]
+    assert any("left out" in w and str(second) in w for w in s["warnings"])
+    doc = read_timeline(tmp_path / "an")
+    kernels = sum(1 for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    assert kernels == sum(sum(step_kernels(load_trace(p), first).values()) for p in SAMPLED.iterdir())
+    assert doc["hpcprof"]["steps_left_out"] == [second]
 
 
 def test_unknown_timeline_step_names_the_profiled_steps(tmp_path, parse_cache):

@@ -92,6 +92,21 @@ class _Scanner:
         return [int(c) + start for c in commas], end
 
 
+_ENC = msgspec.json.Encoder()
+
+
+def _intern(seen: dict, v):
+    """One object per distinct value of a column: texts, ints and lists (HTA's `Input Dims` and
+    `Input type` are lists of lists, a few hundred bytes of objects per event, repeated through the
+    trace). Equal values share one object; nothing mutates them."""
+    t = type(v)
+    if t is str or t is int:
+        return seen.setdefault((t, v), v)
+    if t is list:
+        return seen.setdefault((t, _ENC.encode(v)), v)
+    return v
+
+
 class _Columns:
     """Per column, the compact pieces of every decoded run of events."""
 
@@ -117,7 +132,7 @@ class _Columns:
             exact = np.fromiter(values, dtype=object, count=len(values)) if isint.any() and np.abs(f[isint]).max() > 2 ** 53 else None
             return ("num", f, isint, exact)
         seen = self.interned.setdefault(name, {})
-        return np.fromiter((seen.setdefault(v, v) if type(v) is str else v for v in values), dtype=object, count=len(values))
+        return np.fromiter((_intern(seen, v) for v in values), dtype=object, count=len(values))
 
     def add(self, events: list) -> None:
         if not events:
@@ -152,8 +167,11 @@ class _Columns:
                 o = p[1].astype(object)
                 o[p[2]] = p[1][p[2]].astype(np.int64).astype(object)
                 objs.append(o)
+            elif p.dtype != object:  # ints: one Python int per distinct value, not per event
+                u, inv = np.unique(p, return_inverse=True)
+                objs.append(np.fromiter(u.tolist(), dtype=object, count=u.size)[inv])
             else:
-                objs.append(p.astype(object) if p.dtype != object else p)
+                objs.append(p)
         values = np.concatenate(objs)
         return pd.Series(values, dtype=object) if object_dtype else pd.Series(values.tolist())
 

@@ -27,7 +27,9 @@ Size budget: at most `max_events` events. Above it, whole kinds of low value are
 (DROP_ORDER: flows, Python functions, short CPU ops, runtime calls, instant events, long CPU ops),
 the shortest events first within the last kind touched (ties: lower rank, then trace order); GPU
 activity, step markers, lanes and collectives are never dropped. Launch flows go all or nothing.
-What was dropped is counted in the file's metadata and in the returned dict.
+Where those alone exceed the budget (256 ranks of 22 steps: 2.1 million), the last chosen steps
+are left out, whole, until they fit (`steps_left_out`, and a warning). What was dropped is counted
+in the file's metadata and in the returned dict.
 
 Adding a lane (e.g. the critical path): write a function `(ctx: TimelineContext) -> Lane` that puts
 its events on the timeline's clock (`ctx.to_timeline(rank, t_us)` for a time of the rank's own clock,
@@ -309,18 +311,32 @@ def write_timeline(
             f"profiled steps: {avail or 'none (no ProfilerStep#N in the traces)'}; pass --timeline-steps with some of these"
         )
     offs = clocks.rank_offsets()
-    chosen_steps = sorted({s for r in have for s in chosen[r]})
-    step_start = {s: min(chosen[r][s][0] - offs.get(r, 0.0) for r in have if s in chosen[r]) for s in chosen_steps}
-    origin = min(step_start.values())
-    ctx = TimelineContext(origin_us=origin, offsets_us=offs, steps=chosen_steps, ranks=have)
-    built = [b(ctx) for b in [waits_lane(colls, clocks), *lanes]]
     by_rank = {s.rank: s for s in sources}
-    window = {r: (min(v[0] for v in chosen[r].values()), max(v[1] for v in chosen[r].values())) for r in have}
-
-    counts = _Counts()
-    for r in have:  # pass 1: counts only
-        counts.add(select_events(read_piece(by_rank[r].piece, SELECT_COLUMNS), *window[r]))
-    budget = counts.budget(max_events, sum(len(x.events) for x in built))
+    all_steps = sorted({s for r in have for s in chosen[r]})
+    n_steps, left_out = len(all_steps), []
+    while True:
+        chosen_steps = all_steps[:n_steps]
+        keep_steps = set(chosen_steps)
+        sub = {r: {k: v for k, v in chosen[r].items() if k in keep_steps} for r in have}
+        ranks = [r for r in have if sub[r]]
+        step_start = {s: min(sub[r][s][0] - offs.get(r, 0.0) for r in ranks if s in sub[r]) for s in chosen_steps}
+        origin = min(step_start.values())
+        ctx = TimelineContext(origin_us=origin, offsets_us=offs, steps=chosen_steps, ranks=ranks)
+        built = [b(ctx) for b in [waits_lane(colls, clocks), *lanes]]
+        window = {r: (min(v[0] for v in sub[r].values()), max(v[1] for v in sub[r].values())) for r in ranks}
+        counts = _Counts()
+        for r in ranks:  # pass 1: counts only
+            counts.add(select_events(read_piece(by_rank[r].piece, SELECT_COLUMNS), *window[r]))
+        n_fixed = sum(len(x.events) for x in built)
+        budget = counts.budget(max_events, n_fixed)
+        # what is never dropped (GPU activity, steps, collectives, lanes) may alone pass the budget
+        # (256 ranks x 22 steps: 2.1 million events): then the last steps are left out, whole
+        undroppable = sum(n for k, n in counts.kinds.items() if k not in DROP_ORDER) + n_fixed
+        if undroppable <= max_events or n_steps == 1:
+            break
+        n_steps = max(1, min(n_steps - 1, int(n_steps * max_events / undroppable)))
+        left_out = all_steps[n_steps:]
+    have = ranks
 
     path = Path(out_dir) / FILE_NAME
     kept = 0
@@ -347,6 +363,7 @@ def write_timeline(
             "events": kept,
             "max_events": max_events,
             "dropped": {k: int(v) for k, v in budget.dropped.items() if v},
+            "steps_left_out": left_out,
             **{k: v for x in built for k, v in x.info.items()},
             "ranks": have,
             "ranks_without_steps": sorted({s.rank for s in sources} - set(have)),
@@ -394,6 +411,10 @@ def merged_timeline(out_dir: Path, keep: dict, nodes: dict, matching, warnings: 
     try:
         info = write_timeline(out_dir, sources, clocks, steps, matched if len(matched) else None,
                               max_events=max_events or DEFAULT_MAX_EVENTS, progress=progress, lanes=lanes)
+        if info.get("steps_left_out"):
+            warnings.append(f"merged timeline: steps {info['steps_left_out']} left out: the GPU activity, steps and collectives of "
+                            f"all chosen steps alone exceed --timeline-max-events ({info['max_events']:,}); pass "
+                            "--timeline-steps to choose the steps, or a larger --timeline-max-events")
     except TimelineError as exc:
         warnings.append(f"no merged timeline: {exc}")
         info = {"error": str(exc)}

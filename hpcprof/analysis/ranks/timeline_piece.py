@@ -48,9 +48,10 @@ def _json_strings(values: np.ndarray) -> np.ndarray:
     return np.array([msgspec.json.encode(v).decode() if isinstance(v, str) else "null" for v in values], dtype=object)
 
 
-def _factor(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, distinct values) of an object column; every per-value test runs on the few distinct
-    values (a trace has about a thousand names in 85,000 events), not on every event."""
+def _factor(values) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) of a column; every per-value test runs on the few distinct values
+    (a trace has about a thousand names in 85,000 events), not on every event, and no Python object
+    is made per event."""
     c, u = pd.factorize(values, use_na_sentinel=False)
     return c, np.asarray(u, dtype=object)
 
@@ -61,13 +62,13 @@ def timeline_piece(ev: pd.DataFrame) -> tuple[pa.Table | None, dict]:
     n = len(ev)
     get = lambda k, default=None: ev[k] if k in ev else pd.Series([default] * n)  # noqa: E731
     ph = get("ph").to_numpy(dtype=object)
-    name_c, names = _factor(get("name").to_numpy(dtype=object))
-    cat = get("cat").astype(object).where(get("cat").notna(), "").to_numpy(dtype=object)
-    cat_c, cats = _factor(cat)
+    name_c, names = _factor(get("name"))
+    cat_c, cats = _factor(get("cat"))
+    cats = np.array(["" if not isinstance(v, str) and pd.isna(v) else v for v in cats], dtype=object)  # no category: ""
     ts = _num(get("ts", np.nan))
     dur = _num(get("dur", np.nan))
-    pid_c, pids = _factor(get("pid").to_numpy(dtype=object))
-    tid_c, tids = _factor(get("tid").to_numpy(dtype=object))
+    pid_c, pids = _factor(get("pid"))
+    tid_c, tids = _factor(get("tid"))
     corr = _num(get("correlation", -1))
     name_is_str = np.array([isinstance(v, str) for v in names], dtype=bool)
     is_str = name_is_str[name_c]
