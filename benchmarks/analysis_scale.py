@@ -192,6 +192,8 @@ def _ours(py: str, d: Path, out: Path, workers: int | None, extra: list[str] = (
 
 
 def _hta_outcome(h: dict) -> str:
+    if h["outcome"].startswith("not run"):
+        return h["outcome"]
     if h["outcome"] == "ok":
         return f"finished: {h['wall_s']:.1f} s, {h['peak_rss_mb']:.0f} MB"
     return f"{h['outcome']} after {h['wall_s']:.0f} s at {h['peak_rss_mb']:.0f} MB"
@@ -199,6 +201,8 @@ def _hta_outcome(h: dict) -> str:
 
 def _hta(py: str, d: Path, scratch: Path, tag: str, a) -> tuple[dict, dict | None]:
     """HTA on d under the limits: (measurement, its numbers or None when it did not finish)."""
+    if a.no_hta and tag in ("-big",) + tuple(str(n) for n in a.scale):
+        return {"wall_s": 0.0, "peak_rss_mb": 0.0, "load1": 0.0, "outcome": "not run (--no-hta)"}, None
     out = scratch / f"hta{tag}.json"
     out.unlink(missing_ok=True)
     m = measure([py, "-c", HTA_SCRIPT, str(d), str(out)], scratch / f"hta{tag}.log", timeout_s=a.hta_timeout,
@@ -251,10 +255,12 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="hpcprof analyze --workers (default: its own default)")
     ap.add_argument("--scratch", default=None, help="folder for the trace sets and outputs (default: a new one under /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (trace sets are reused by the next run with --scratch)")
+    ap.add_argument("--no-hta", action="store_true", help="skip HTA on the 1 GB rank and the --scale-ranks sets (hpcprof only)")
     a = ap.parse_args(argv)
     ranks = [int(x) for x in a.ranks.split(",") if x.strip()]
     rep_ranks = {int(x) for x in a.repeat_ranks.split(",") if x.strip()}
     scale = [int(x) for x in a.scale_ranks.split(",") if x.strip()]
+    a.scale = scale
     scratch = Path(a.scratch) if a.scratch else Path(tempfile.mkdtemp(prefix="hpcprof-analysis-scale-", dir="/tmp"))
     scratch.mkdir(parents=True, exist_ok=True)
     py = sys.executable

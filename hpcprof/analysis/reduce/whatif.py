@@ -266,16 +266,31 @@ def _tail_anchors(chain: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
     """(R, K): per rank s and collective k, the median of the other members' x (x[s] itself where
-    s is the only member)."""
-    R = x.shape[0]
+    s is the only member). Per collective from its members' sorted values: leaving out the value at
+    sorted position p shifts the indices at and above p by one (no R x R work: 256 ranks)."""
     out = np.array(x, dtype=float, copy=True)
-    masked = np.where(member, x, np.nan)
-    for s in range(R):
-        o = np.delete(masked, s, axis=0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            med = np.nanmedian(o, axis=0) if o.size else np.full(x.shape[1:], np.nan)
-        out[s] = np.where(np.isnan(med), out[s], med)
+    for k in range(x.shape[1]):
+        valid = member[:, k] & ~np.isnan(x[:, k])
+        m = np.flatnonzero(valid)
+        n = m.size
+        if n == 0:
+            continue
+        order = np.argsort(x[m, k], kind="stable")
+        v = x[m, k][order]
+        # the ranks that are not (valid) members: the median of all n members
+        half = n // 2
+        med_all = v[half] if n % 2 else (v[half - 1] + v[half]) / 2
+        out[~valid, k] = med_all
+        if n == 1:
+            continue  # its only member keeps its own value
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = np.arange(n)  # sorted position of each member
+        n1 = n - 1
+
+        def at(i):
+            return v[i + (i >= pos)]
+
+        out[m, k] = at(np.full(n, (n1 - 1) // 2)) if n1 % 2 else (at(np.full(n, n1 // 2 - 1)) + at(np.full(n, n1 // 2))) / 2
     return out
 
 
