@@ -55,13 +55,18 @@ def write_table(df, tables: Path, name: str) -> None:
 
 def _write_parts(parts, tables: Path, name: str) -> None:
     import pyarrow as pa
+    import pyarrow.csv as pa_csv
     import pyarrow.parquet as pq
 
     writer = schema = None
     first = True
-    with open(tables / f"{name}.csv", "w") as fh:
+    with open(tables / f"{name}.csv", "wb") as fh:
         for df in parts.frames():
-            csv_frame(name, df).to_csv(fh, index=False, header=first)
+            # Arrow's CSV writer: 1.6 million rows at 256 ranks took pandas' to_csv 10 s
+            c = pa.Table.from_pandas(csv_frame(name, df), preserve_index=False)
+            if first:  # the header as pandas writes it (Arrow quotes every name)
+                fh.write((",".join(c.column_names) + "\n").encode())
+            pa_csv.write_csv(c, fh, pa_csv.WriteOptions(include_header=False, quoting_style="needed"))
             t = pa.Table.from_pandas(_parquet_ready(df), preserve_index=False)
             if writer is None:
                 schema = t.schema
@@ -69,7 +74,7 @@ def _write_parts(parts, tables: Path, name: str) -> None:
             writer.write_table(t.select(schema.names).cast(schema))
             first = False
         if first:  # no rank has rows: the empty table, as write_table writes it
-            fh.write("\n")
+            fh.write(b"\n")
     if writer is None:
         pd.DataFrame().to_parquet(tables / f"{name}.parquet", index=False)
     else:
