@@ -98,6 +98,19 @@ def test_dlrm_timeline_one_process_per_rank_every_kernel_of_the_step(tmp_path, p
     assert s["clock_alignment"]["hosts"] and doc["hpcprof"]["clock_alignment"] == s["clock_alignment"]
 
 
+def test_timeline_file_is_one_gzip_member(tmp_path, parse_cache):
+    """The file is written as a stream of blocks deflated on threads; Perfetto reads only the first
+    member of a multi-member gzip (google/perfetto#872), so the whole document must be ONE member."""
+    import zlib
+
+    analyze(require(DLRM), out=tmp_path / "an", progress=False, cache_dir=parse_cache)
+    raw = (tmp_path / "an" / "timeline.pt.trace.json.gz").read_bytes()
+    d = zlib.decompressobj(31)  # gzip wrapper
+    first = d.decompress(raw) + d.flush()
+    assert d.eof and d.unused_data == b""  # nothing after the first member
+    assert json.loads(first)["traceEvents"]
+
+
 def test_clock_skew_is_recovered_and_leaves_the_verdict(dlrm_two_hosts, tmp_path):
     plain = analyze(dlrm_two_hosts["plain"], out=tmp_path / "plain", progress=False)
     skewed = analyze(dlrm_two_hosts["skewed"], out=tmp_path / "skewed", progress=False)
