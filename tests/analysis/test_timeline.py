@@ -98,17 +98,22 @@ def test_dlrm_timeline_one_process_per_rank_every_kernel_of_the_step(tmp_path, p
     assert s["clock_alignment"]["hosts"] and doc["hpcprof"]["clock_alignment"] == s["clock_alignment"]
 
 
-def test_timeline_file_is_one_gzip_member(tmp_path, parse_cache):
-    """The file is written as a stream of blocks deflated on threads; Perfetto reads only the first
-    member of a multi-member gzip (google/perfetto#872), so the whole document must be ONE member."""
+def test_timeline_file_is_one_gzip_member(tmp_path, parse_cache, monkeypatch):
+    """The file is written as a stream of blocks deflated on threads (64 kB blocks here: dozens of
+    them); Perfetto reads only the first member of a multi-member gzip (google/perfetto#872), so the
+    whole document must be ONE member."""
     import zlib
+
+    from hpcprof.analysis.outputs import gzip_stream
+
+    monkeypatch.setattr(gzip_stream, "BLOCK", 1 << 16)
 
     analyze(require(DLRM), out=tmp_path / "an", progress=False, cache_dir=parse_cache)
     raw = (tmp_path / "an" / "timeline.pt.trace.json.gz").read_bytes()
     d = zlib.decompressobj(31)  # gzip wrapper
     first = d.decompress(raw) + d.flush()
     assert d.eof and d.unused_data == b""  # nothing after the first member
-    assert json.loads(first)["traceEvents"]
+    assert len(first) > 20 * (1 << 16) and json.loads(first)["traceEvents"]
 
 
 def test_clock_skew_is_recovered_and_leaves_the_verdict(dlrm_two_hosts, tmp_path):

@@ -32,10 +32,10 @@ class GzipStream:
     """Write text to `path` as one gzip member; `close()` finishes the file, which appears
     atomically (written under a temporary name and renamed); `abort()` removes the partial one."""
 
-    def __init__(self, path: str | os.PathLike, level: int = LEVEL, threads: int | None = None, block: int = BLOCK):
+    def __init__(self, path: str | os.PathLike, level: int = LEVEL, threads: int | None = None, block: int | None = None):
         self.path = Path(path)
         self.tmp = self.path.with_name(self.path.name + ".tmp")
-        self.level, self.block = level, block
+        self.level, self.block = level, block or BLOCK
         self.threads = threads or max(1, min(4, os.cpu_count() or 1))
         self._fh = open(self.tmp, "wb")
         self._fh.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # gzip header: deflate, no name, mtime 0
