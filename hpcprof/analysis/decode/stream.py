@@ -27,7 +27,7 @@ import pandas as pd
 
 from .events import (
     _ARGS_FIELDS, _EVENT_FIELDS, _NO_ARGS, HTA_ARGS, META_KEYS, OBJECT_KEYS, OWN_ARGS, TOP_LEVEL, DROPPED_KEYS,
-    DecodedTrace, _column, _Doc, _Event, _Args, event_table,
+    DecodedTrace, _Doc, _Event, _Args, event_table,
 )
 
 STREAM_MIN_BYTES = 256 << 20
