@@ -38,6 +38,10 @@ CASES = {
     "sampled_budget_3000": ("hta_sampled_2of128", {"timeline_max_events": 3000}),
     "kineto0": ("kineto_resnet50_v100_workers0", {}),
     "kineto4": ("kineto_resnet50_v100_workers4", {}),
+    # HTA's own test traces of other kinds: a CPU-only rank, an AMD (ROCm) job, an MTIA rank
+    "hta_cpu_only": ("hta_tests/cpu_only", {}),
+    "hta_amd": ("hta_tests/amd_trace", {}),
+    "hta_mtia": ("hta_tests/mtia_trace_single_rank", {}),
 }
 TIMING_FREE_DROP = ("cache", "inputs_key")
 

@@ -6,8 +6,8 @@ The stored outputs (tests/data/reference_outputs.json) were written by main at c
 timeline still decoded every trace a second time in the parent; since then each rank's timeline
 piece is built in its map task and the parent streams the pieces. Cases: DLRM (8 ranks) with the
 default budget and two budgets that drop whole kinds and part of one (the shortest CPU ops across
-ranks), the sampled 2-of-128 set whole, one of its two steps, and under a budget, and the two
-single-rank kineto traces.
+ranks), the sampled 2-of-128 set whole, one of its two steps, and under a budget, the two
+single-rank kineto traces, and three of HTA's test folders (CPU-only, AMD, MTIA).
 """
 
 from __future__ import annotations
