@@ -185,3 +185,27 @@ def test_cpu_run_timeline(cpu_run, tmp_path, parse_cache):
     assert any(e.get("name", "").startswith("gloo:") for e in doc["traceEvents"])
     # one clock: on one host the offset is exactly 0
     assert [h["offset_ms"] for h in s["clock_alignment"]["hosts"]] == [0.0]
+
+
+def test_a_rank_whose_piece_fails_is_analysed_and_left_off_the_timeline(tmp_path, monkeypatch):
+    """The timeline piece is built in the rank's map task: a failure there is a warning naming the
+    file, and the rank's own analysis and the other ranks' timeline stand."""
+    from hpcprof.analysis.ranks import mapper
+
+    real = mapper.timeline_piece
+    names = {p.name for p in require(DLRM).iterdir()}
+
+    def piece(table):
+        if len(piece.calls) == 3:
+            piece.calls.append(1)
+            raise ValueError("broken piece")
+        piece.calls.append(1)
+        return real(table)
+
+    piece.calls = []
+    monkeypatch.setattr(mapper, "timeline_piece", piece)
+    s = analyze(DLRM, out=tmp_path / "an", workers=1, progress=False, use_cache=False)
+    assert s["ranks_analyzed"] == list(range(8))
+    hit = [w for w in s["warnings"] if "not on the merged timeline (ValueError: broken piece)" in w]
+    assert len(hit) == 1 and hit[0].split(": ")[0] in names
+    assert len(s["timeline"]["ranks"]) == 7 and len(s["timeline"]["ranks_without_steps"]) == 1

@@ -94,15 +94,20 @@ def _result(d: Path, trace_path: Path, cached: bool) -> RankResult:
 def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, skipped: int, digest: str, out: Path) -> None:
     table = box.pop()
     tm = trace_meta(trace_path, meta_keys)
-    piece, piece_info = timeline_piece(table)  # the merged timeline's part of this rank (outputs/timeline_trace.py)
-    if piece is not None:
-        import pyarrow.parquet as pq
+    piece_problem = None
+    try:  # the merged timeline's part of this rank (outputs/timeline_trace.py); never costs the rank
+        piece, piece_info = timeline_piece(table)
+        if piece is not None:
+            import pyarrow.parquet as pq
 
-        pq.write_table(piece, out / f"{PIECE}.parquet")
-    del piece
+            pq.write_table(piece, out / f"{PIECE}.parquet")
+        del piece
+    except Exception as exc:
+        piece_info = {"main_tid": None, "steps": []}
+        piece_problem = f"{trace_path.name}: not on the merged timeline ({type(exc).__name__}: {exc})"
     tl = build_timeline(table)
     operator_table(table).to_parquet(out / "operators.parquet", index=False)
-    warnings = list(tm.warnings)
+    warnings = list(tm.warnings) + ([piece_problem] if piece_problem else [])
     name = trace_path.name
     if skipped:
         warnings.append(f"{name} (rank {tm.rank}): {skipped} entries of traceEvents are not JSON objects and were skipped")
