@@ -287,7 +287,7 @@ def main(argv=None) -> int:
         big_row = {"mb": mb, "fresh": f, "hta": h, "equal": eq}
         print(f"1 rank x {mb:.0f} MB: hpcprof fresh ({f['outcome']}) {f['wall_s']:.1f} s, tree {f['peak_rss_mb']:.0f} MB (x{f['peak_rss_mb'] / mb:.2f} the JSON), "
               f"parent {f['parent_mb']:.0f} MB, largest worker {f['worker_mb']:.0f} MB (load1 {f['load1']:.1f}); HTA {_hta_outcome(h)} "
-              f"(load1 {h['load1']:.1f}); numbers equal: {eq[0] if eq else 'HTA did not finish'}", flush=True)
+              f"(load1 {h['load1']:.1f}); numbers equal: {eq[0] if eq else ('HTA not run' if a.no_hta else 'HTA did not finish')}", flush=True)
 
     scale_rows = []
     for n in scale:
@@ -301,7 +301,7 @@ def main(argv=None) -> int:
         scale_rows.append({"n": n, "mb": mb, "fresh": f, "hta": h, "equal": eq, "events": (summ.get("timeline") or {}).get("events")})
         print(f"{n} ranks x {mb:.1f} MB ({n * mb / 1e3:.1f} GB of JSON): hpcprof fresh ({f['outcome']}) {f['wall_s']:.1f} s, tree {f['peak_rss_mb']:.0f} MB, "
               f"parent {f['parent_mb']:.0f} MB, largest worker {f['worker_mb']:.0f} MB (load1 {f['load1']:.1f}); HTA {_hta_outcome(h)} "
-              f"(load1 {h['load1']:.1f}); numbers equal: {eq[0] if eq else 'HTA did not finish'}", flush=True)
+              f"(load1 {h['load1']:.1f}); numbers equal: {eq[0] if eq else ('HTA not run' if a.no_hta else 'HTA did not finish')}", flush=True)
 
     # ------------------------------------------------------------------ tables
     print("\n| ranks | MB/rank | runs | HTA s | hpcprof fresh s | cached s | cache+reduce s | fresh/HTA | cached/HTA | tree RSS HTA MB | "
