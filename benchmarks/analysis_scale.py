@@ -1,20 +1,21 @@
-"""Analysis at scale: hpcprof analyze (fresh and cached) against HTA on 8, 16 and 32 ranks.
+"""Analysis at scale: hpcprof analyze (fresh and cached) against HTA, from 8 to 256 ranks and on one 1 GB rank.
 
 Builds N-rank trace sets by tiling the real DLRM traces (../shared/traces/param_dlrm_8x_v100) in
-time, then, in the same run and each in a fresh subprocess, times:
+time, then, in the same run and each in a fresh subprocess (benchmarks/measure.py: wall time, peak
+RSS of the process tree, of its parent process and of its largest child), measures:
 
-- HTA: ``TraceAnalysis(trace_dir)`` + temporal, idle-time and kernel breakdowns + comm/comp overlap,
-- ``python -m hpcprof.analyze DIR --no-cache`` (fresh parse),
-- ``python -m hpcprof.analyze DIR`` again into the same --out ("cached": a user's second analyze;
-  outputs may be reused whole when nothing changed),
-- ``python -m hpcprof.analyze DIR --out NEW --cache-dir <first out>/.cache`` ("cache+reduce": every
-  rank from the parse cache, the cross-rank reduce, tables and plots done again),
+1. 8, 16, 32 ranks (`--ranks`, about `--mb-per-rank` MB of JSON each; the `--repeat-ranks` sets
+   `--repeats` times, medians reported): HTA (``TraceAnalysis(trace_dir)`` + temporal, idle-time and
+   kernel breakdowns + comm/comp overlap), ``python -m hpcprof.analyze DIR --no-cache`` (fresh, with
+   the merged timeline), the same again into the same --out (cached: outputs reused), and into a new
+   --out with the first run's parse cache (cache+reduce); checks that the per-rank numbers
+   (temporal breakdown, overlap, kernel-type totals) are equal;
+2. one rank of `--big-mb` MB of JSON: hpcprof fresh, and HTA under its limits;
+3. `--scale-ranks` (64, 256) ranks: hpcprof fresh, and HTA under its limits.
 
-measuring wall time and the peak RSS of the whole process tree (parent + every child, summed at
-each sample, sampled every ~50 ms; also the summed PSS, which counts pages shared between a parent
-and its forked workers once instead of once per process), checks that the per-rank numbers (temporal breakdown, overlap,
-kernel-type totals) agree, and prints a table with the ratios against HTA and the targets of
-issue 5. Nothing is asserted: the numbers are printed.
+HTA runs under `--hta-timeout` seconds and `--hta-max-rss-gb` of tree RSS (the machine is shared):
+where it stops, the table says at which limit, after how long and at what memory. Every figure is
+printed with load1 (the 1-minute load average when its command started). Nothing is asserted.
 
 Tiling: rank r of an N-rank set uses source rank r % 8; its events are repeated K times, copy k
 shifted by k x (the source trace's span + a 1 ms gap), with ProfilerStep#s renumbered (#10 -> #10+k)
@@ -22,8 +23,9 @@ and correlation / External id / flow ids / Ev Idx / Sequence numbers offset per 
 unique; distributedInfo.rank/world_size are set to r/N. K is chosen so one rank is about
 --mb-per-rank MB of JSON. Metadata ('M') events and the trace-wide instant events are kept once.
 
-    .venv/bin/python benchmarks/analysis_scale.py [--ranks 8,16,32] [--mb-per-rank 20] [--workers N]
-        [--scratch DIR] [--keep] [--repeats 1]
+    .venv/bin/python benchmarks/analysis_scale.py [--ranks 8,16,32] [--repeats 3] [--repeat-ranks 16]
+        [--big-mb 1000] [--scale-ranks 64,256] [--hta-timeout 900] [--hta-max-rss-gb 14]
+        [--mb-per-rank 20] [--workers N] [--scratch DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import measure  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = (REPO / ".." / "shared" / "traces" / "param_dlrm_8x_v100").resolve()
@@ -155,94 +158,6 @@ json.dump({"per_rank": per_rank, "kernel_types": dict(zip(kt["kernel_type"], map
 """
 
 
-def _pss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def _tree_rss(proc) -> tuple[int, int]:
-    """(summed RSS, summed PSS) of proc and all its descendants, in bytes."""
-    import psutil
-
-    rss = pss = 0
-    try:
-        procs = [proc] + proc.children(recursive=True)
-    except psutil.Error:
-        return 0, 0
-    for p in procs:
-        try:
-            rss += p.memory_info().rss
-            pss += _pss(p.pid)
-        except psutil.Error:
-            pass
-    return rss, pss
-
-
-def _tree_rss_proc(pid: int) -> tuple[int, int]:
-    """The same without psutil: walk /proc for descendants of pid and sum VmRSS."""
-    parents = {}
-    for e in os.listdir("/proc"):
-        if e.isdigit():
-            try:
-                with open(f"/proc/{e}/stat") as fh:
-                    parents[int(e)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    tree, frontier = {pid}, [pid]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parents.items() if pp == p and c not in tree]
-        tree.update(kids)
-        frontier.extend(kids)
-    rss = pss = 0
-    for p in tree:
-        try:
-            with open(f"/proc/{p}/statm") as fh:
-                rss += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            pss += _pss(p)
-        except (OSError, IndexError, ValueError):
-            pass
-    return rss, pss
-
-
-def measure(cmd: list[str], log: Path, interval: float = 0.05) -> dict:
-    """Run cmd in a fresh subprocess; wall time and peak summed RSS of its process tree."""
-    try:
-        import psutil
-    except ImportError:
-        psutil = None
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    with open(log, "w") as fh:
-        p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
-        peak = peak_pss = 0
-        stop = threading.Event()
-
-        def sample():
-            nonlocal peak, peak_pss
-            proc = psutil.Process(p.pid) if psutil else None
-            while not stop.is_set():
-                rss, pss = _tree_rss(proc) if proc is not None else _tree_rss_proc(p.pid)
-                peak, peak_pss = max(peak, rss), max(peak_pss, pss)
-                stop.wait(interval)
-
-        th = threading.Thread(target=sample, daemon=True)
-        th.start()
-        rc = p.wait()
-        wall = time.perf_counter() - t0
-        stop.set()
-        th.join()
-    if rc != 0:
-        raise SystemExit(f"command failed (exit {rc}): {' '.join(cmd)}\n--- {log}:\n{log.read_text()[-3000:]}")
-    return {"wall_s": wall, "peak_rss_mb": peak / 2**20, "peak_pss_mb": peak_pss / 2**20, "load1": load}
-
-
 def compare(hta: dict, summary: dict) -> tuple[bool, float]:
     """Whether per-rank temporal/overlap and kernel-type totals agree; the largest difference."""
     ours = {r["rank"]: r for r in summary["per_rank"]}
@@ -268,127 +183,175 @@ def compare(hta: dict, summary: dict) -> tuple[bool, float]:
 # ------------------------------------------------------------------------------------ main
 
 
+# ------------------------------------------------------------------------------------ main
+
+
+def _ours(py: str, d: Path, out: Path, workers: int | None, extra: list[str] = ()) -> list[str]:
+    cmd = [py, "-m", "hpcprof.analyze", str(d), "--out", str(out), "--quiet", *extra]
+    return cmd + (["--workers", str(workers)] if workers else [])
+
+
+def _hta_outcome(h: dict) -> str:
+    if h["outcome"].startswith("not run"):
+        return h["outcome"]
+    if h["outcome"] == "ok":
+        return f"finished: {h['wall_s']:.1f} s, {h['peak_rss_mb']:.0f} MB"
+    return f"{h['outcome']} after {h['wall_s']:.0f} s at {h['peak_rss_mb']:.0f} MB"
+
+
+def _hta(py: str, d: Path, scratch: Path, tag: str, a) -> tuple[dict, dict | None]:
+    """HTA on d under the limits: (measurement, its numbers or None when it did not finish)."""
+    if a.no_hta and tag in ("-big",) + tuple(str(n) for n in a.scale):
+        return {"wall_s": 0.0, "peak_rss_mb": 0.0, "load1": 0.0, "outcome": "not run (--no-hta)"}, None
+    out = scratch / f"hta{tag}.json"
+    out.unlink(missing_ok=True)
+    m = measure([py, "-c", HTA_SCRIPT, str(d), str(out)], scratch / f"hta{tag}.log", timeout_s=a.hta_timeout,
+                max_rss_mb=a.hta_max_rss_gb * 1024, check=False)
+    return m, (json.loads(out.read_text()) if m["outcome"] == "ok" and out.is_file() else None)
+
+
+def _row_sizes(n: int, d: Path, mb: float, a, py: str, scratch: Path, repeats: int) -> dict:
+    """Table 1: HTA, fresh, cached and cache+reduce on one set, `repeats` times (medians)."""
+    out = scratch / f"out{n}"
+    res: dict[str, list[dict]] = {"hta": [], "fresh": [], "cached": [], "reduce": []}
+    all_equal = True
+    for rep in range(repeats):
+        h, hta = _hta(py, d, scratch, str(n), a)
+        res["hta"].append(h)
+        shutil.rmtree(out, ignore_errors=True)
+        res["fresh"].append(measure(_ours(py, d, out, a.workers, ["--no-cache"]), scratch / f"fresh{n}.log"))
+        fresh = json.loads((out / "summary.json").read_text())
+        res["cached"].append(measure(_ours(py, d, out, a.workers), scratch / f"cached{n}.log"))
+        out_r = scratch / f"out{n}-reduce"
+        shutil.rmtree(out_r, ignore_errors=True)
+        res["reduce"].append(measure(_ours(py, d, out_r, a.workers, ["--cache-dir", str(out / ".cache")]), scratch / f"reduce{n}.log"))
+        eq = [compare(hta, json.loads((o / "summary.json").read_text())) if hta else (False, math.inf) for o in (out, out, out_r)]
+        all_equal = all_equal and all(e for e, _ in eq)
+        f, c, r = res["fresh"][-1], res["cached"][-1], res["reduce"][-1]
+        print(f"{n} ranks, run {rep + 1}: HTA {_hta_outcome(h)} (load1 {h['load1']:.1f}); fresh {f['wall_s']:.1f} s, tree {f['peak_rss_mb']:.0f} MB, "
+              f"parent {f['parent_mb']:.0f} MB, largest worker {f['worker_mb']:.0f} MB (load1 {f['load1']:.1f}); cached {c['wall_s']:.2f} s "
+              f"(load1 {c['load1']:.1f}); cache+reduce {r['wall_s']:.1f} s (load1 {r['load1']:.1f}); fresh/HTA {f['wall_s'] / h['wall_s']:.3f}; "
+              f"numbers equal: {all(e for e, _ in eq)} (max diff {max(x for _, x in eq):.2g}); timeline events "
+              f"{(fresh.get('timeline') or {}).get('events')}", flush=True)
+
+    def med(key, field):
+        return statistics.median(x[field] for x in res[key])
+
+    return {"n": n, "mb": mb, "equal": all_equal, "repeats": repeats, "load": max(x["load1"] for k in res for x in res[k]),
+            **{f"{k}_{f}": med(k, f) for k in res for f in ("wall_s", "peak_rss_mb", "peak_pss_mb", "parent_mb", "worker_mb")},
+            "fresh_ratios": [f["wall_s"] / h["wall_s"] for f, h in zip(res["fresh"], res["hta"])]}
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 allow_abbrev=False)
-    ap.add_argument("--ranks", default="8,16,32", help="comma-separated rank counts (default 8,16,32)")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    ap.add_argument("--ranks", default="8,16,32", help="rank counts of table 1, comma-separated (default 8,16,32)")
+    ap.add_argument("--repeats", type=int, default=3, help="measure the --repeat-ranks sets this many times, report medians (default 3)")
+    ap.add_argument("--repeat-ranks", default="16", help="which rank counts of table 1 are repeated (default 16: the acceptance set)")
+    ap.add_argument("--big-mb", type=float, default=1000.0, help="MB of JSON of the one-rank set (default 1000; 0 skips it)")
+    ap.add_argument("--scale-ranks", default="64,256", help="rank counts of the scale table, hpcprof fresh and HTA under its limits (default 64,256; '' skips)")
+    ap.add_argument("--hta-timeout", type=float, default=900.0, help="stop HTA after this many seconds (default 900)")
+    ap.add_argument("--hta-max-rss-gb", type=float, default=14.0, help="stop HTA when its tree RSS passes this (default 14 GB of the 24)")
     ap.add_argument("--mb-per-rank", type=float, default=20.0, help="about this many MB of JSON per rank (default 20)")
     ap.add_argument("--workers", type=int, default=None, help="hpcprof analyze --workers (default: its own default)")
     ap.add_argument("--scratch", default=None, help="folder for the trace sets and outputs (default: a new one under /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (trace sets are reused by the next run with --scratch)")
-    ap.add_argument("--repeats", type=int, default=1, help="measure each command this many times, report the median (default 1)")
+    ap.add_argument("--no-hta", action="store_true", help="skip HTA on the 1 GB rank and the --scale-ranks sets (hpcprof only)")
     a = ap.parse_args(argv)
     ranks = [int(x) for x in a.ranks.split(",") if x.strip()]
+    rep_ranks = {int(x) for x in a.repeat_ranks.split(",") if x.strip()}
+    scale = [int(x) for x in a.scale_ranks.split(",") if x.strip()]
+    a.scale = scale
     scratch = Path(a.scratch) if a.scratch else Path(tempfile.mkdtemp(prefix="hpcprof-analysis-scale-", dir="/tmp"))
     scratch.mkdir(parents=True, exist_ok=True)
     py = sys.executable
-    try:
-        import psutil  # noqa: F401
-
-        sampler = "psutil"
-    except ImportError:
-        sampler = "/proc"
-    print(f"scratch {scratch}; RSS sampled every 50 ms with {sampler}; {os.cpu_count()} cores; "
-          f"load {os.getloadavg()[0]:.2f} at start", flush=True)
+    print(f"scratch {scratch}; RSS sampled every 50 ms (psutil); {os.cpu_count()} cores; load1 {os.getloadavg()[0]:.2f} at start", flush=True)
 
     t = time.perf_counter()
     sources = _load_sources()
-    sets = {}
-    for n in ranks:
-        sets[n] = build_set(scratch / "traces", n, a.mb_per_rank, sources)
-        print(f"built {n}-rank set: {sets[n][1]:.1f} MB/rank in {sets[n][0]}", flush=True)
-    print(f"trace sets ready in {time.perf_counter() - t:.0f} s", flush=True)
+    sets = {n: build_set(scratch / "traces", n, a.mb_per_rank, sources) for n in sorted(set(ranks) | set(scale))}
+    big = build_set(scratch / "traces", 1, a.big_mb, sources) if a.big_mb > 0 else None
     del sources
+    print(f"trace sets ready in {time.perf_counter() - t:.0f} s: " + ", ".join(f"{n} ranks x {mb:.1f} MB" for n, (_, mb) in sets.items())
+          + (f", 1 rank x {big[1]:.0f} MB" if big else ""), flush=True)
 
-    rows = []
-    for n in ranks:
+    rows = [_row_sizes(n, *sets[n], a, py, scratch, a.repeats if n in rep_ranks else 1) for n in ranks]
+
+    big_row = None
+    if big:
+        d, mb = big
+        out = scratch / "out-big"
+        shutil.rmtree(out, ignore_errors=True)
+        f = measure(_ours(py, d, out, a.workers, ["--no-cache"]), scratch / "fresh-big.log", check=False)
+        h, hta = _hta(py, d, scratch, "-big", a)
+        eq = compare(hta, json.loads((out / "summary.json").read_text())) if hta and f["outcome"] == "ok" else None
+        big_row = {"mb": mb, "fresh": f, "hta": h, "equal": eq}
+        print(f"1 rank x {mb:.0f} MB: hpcprof fresh ({f['outcome']}) {f['wall_s']:.1f} s, tree {f['peak_rss_mb']:.0f} MB (x{f['peak_rss_mb'] / mb:.2f} the JSON), "
+              f"parent {f['parent_mb']:.0f} MB, largest worker {f['worker_mb']:.0f} MB (load1 {f['load1']:.1f}); HTA {_hta_outcome(h)} "
+              f"(load1 {h['load1']:.1f}); numbers equal: {eq[0] if eq else ('HTA not run' if a.no_hta else 'HTA did not finish')}", flush=True)
+
+    scale_rows = []
+    for n in scale:
         d, mb = sets[n]
         out = scratch / f"out{n}"
-        res: dict[str, list[dict]] = {"hta": [], "fresh": [], "cached": [], "reduce": []}
-        all_equal = True
-        for rep in range(a.repeats):
-            hta_json = scratch / f"hta{n}.json"
-            res["hta"].append(measure([py, "-c", HTA_SCRIPT, str(d), str(hta_json)], scratch / f"hta{n}.log"))
-            if out.exists():
-                shutil.rmtree(out)
-            cmd = [py, "-m", "hpcprof.analyze", str(d), "--out", str(out), "--quiet"]
-            if a.workers:
-                cmd += ["--workers", str(a.workers)]
-            res["fresh"].append(measure(cmd + ["--no-cache"], scratch / f"fresh{n}.log"))
-            fresh_summary = json.loads((out / "summary.json").read_text())
-            mtime = (out / "summary.json").stat().st_mtime_ns
-            res["cached"].append(measure(cmd, scratch / f"cached{n}.log"))
-            cached_summary = json.loads((out / "summary.json").read_text())
-            reused = (out / "summary.json").stat().st_mtime_ns == mtime
-            out_r = scratch / f"out{n}-reduce"
-            if out_r.exists():
-                shutil.rmtree(out_r)
-            cmd_r = [py, "-m", "hpcprof.analyze", str(d), "--out", str(out_r), "--cache-dir", str(out / ".cache"), "--quiet"]
-            res["reduce"].append(measure(cmd_r, scratch / f"reduce{n}.log"))
-            reduce_summary = json.loads((out_r / "summary.json").read_text())
-            hta = json.loads(hta_json.read_text())
-            eq_f, diff_f = compare(hta, fresh_summary)
-            eq_c, diff_c = compare(hta, cached_summary)
-            eq_r, diff_r = compare(hta, reduce_summary)
-            all_equal = all_equal and eq_f and eq_c and eq_r
-            served = reduce_summary.get("cache", {}).get("cached_ranks", [])
-            print(f"{n} ranks, run {rep + 1}: HTA {res['hta'][-1]['wall_s']:.1f} s / {res['hta'][-1]['peak_rss_mb']:.0f} MB, "
-                  f"fresh {res['fresh'][-1]['wall_s']:.1f} s / {res['fresh'][-1]['peak_rss_mb']:.0f} MB, "
-                  f"cached {res['cached'][-1]['wall_s']:.1f} s / {res['cached'][-1]['peak_rss_mb']:.0f} MB "
-                  f"(PSS: HTA {res['hta'][-1]['peak_pss_mb']:.0f}, fresh {res['fresh'][-1]['peak_pss_mb']:.0f} MB) "
-                  f"{'(outputs reused whole) ' if reused else ''}"
-                  f"cache+reduce {res['reduce'][-1]['wall_s']:.1f} s ({len(served)}/{n} ranks from the parse cache); "
-                  f"numbers equal: fresh {eq_f} (max diff {diff_f:.2g}), cached {eq_c}, cache+reduce {eq_r}",
-                  flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+        f = measure(_ours(py, d, out, a.workers, ["--no-cache"]), scratch / f"fresh{n}.log", check=False)
+        summ = json.loads((out / "summary.json").read_text()) if f["outcome"] == "ok" else {}
+        h, hta = _hta(py, d, scratch, str(n), a)
+        eq = compare(hta, summ) if hta else None
+        scale_rows.append({"n": n, "mb": mb, "fresh": f, "hta": h, "equal": eq, "events": (summ.get("timeline") or {}).get("events")})
+        print(f"{n} ranks x {mb:.1f} MB ({n * mb / 1e3:.1f} GB of JSON): hpcprof fresh ({f['outcome']}) {f['wall_s']:.1f} s, tree {f['peak_rss_mb']:.0f} MB, "
+              f"parent {f['parent_mb']:.0f} MB, largest worker {f['worker_mb']:.0f} MB (load1 {f['load1']:.1f}); HTA {_hta_outcome(h)} "
+              f"(load1 {h['load1']:.1f}); numbers equal: {eq[0] if eq else ('HTA not run' if a.no_hta else 'HTA did not finish')}", flush=True)
 
-        def med(key, field):
-            return statistics.median(x[field] for x in res[key])
-
-        rows.append({
-            "n": n, "mb": mb,
-            "hta_s": med("hta", "wall_s"), "hta_mb": med("hta", "peak_rss_mb"),
-            "fresh_s": med("fresh", "wall_s"), "fresh_mb": med("fresh", "peak_rss_mb"),
-            "cached_s": med("cached", "wall_s"), "cached_mb": med("cached", "peak_rss_mb"),
-            "reduce_s": med("reduce", "wall_s"),
-            "hta_pss": med("hta", "peak_pss_mb"), "fresh_pss": med("fresh", "peak_pss_mb"),
-            "load": max(x["load1"] for k in res for x in res[k]),
-            "equal": all_equal, "workers": fresh_summary.get("cache", {}).get("workers"),
-        })
-
-    # ------------------------------------------------------------------ table
-    print()
-    print(f"| ranks | MB/rank | HTA s | HTA peak MB | fresh s | cached s | fresh peak MB | cached peak MB | "
-          f"fresh/HTA | cached/HTA | RSS fresh/HTA | numbers equal | workers | load1 | cache+reduce s | cache+reduce/HTA |")
-    print("|" + "---|" * 16)
+    # ------------------------------------------------------------------ tables
+    print("\n| ranks | MB/rank | runs | HTA s | hpcprof fresh s | cached s | cache+reduce s | fresh/HTA | cached/HTA | tree RSS HTA MB | "
+          "tree RSS fresh MB | tree fresh/HTA | parent MB | largest worker MB | parent/HTA | worker/HTA | numbers equal | load1 |")
+    print("|" + "---|" * 18)
     for r in rows:
-        print(f"| {r['n']} | {r['mb']:.1f} | {r['hta_s']:.1f} | {r['hta_mb']:.0f} | {r['fresh_s']:.1f} | {r['cached_s']:.2f} | "
-              f"{r['fresh_mb']:.0f} | {r['cached_mb']:.0f} | {r['fresh_s'] / r['hta_s']:.3f} | {r['cached_s'] / r['hta_s']:.3f} | "
-              f"{r['fresh_mb'] / r['hta_mb']:.3f} | {'yes' if r['equal'] else 'NO'} | {r['workers']} | {r['load']:.1f} | "
-              f"{r['reduce_s']:.2f} | {r['reduce_s'] / r['hta_s']:.3f} |")
-    print()
-    print("| ranks | HTA peak PSS MB | fresh peak PSS MB | PSS fresh/HTA |")
-    print("|---|---|---|---|")
+        print(f"| {r['n']} | {r['mb']:.1f} | {r['repeats']} | {r['hta_wall_s']:.1f} | {r['fresh_wall_s']:.1f} | {r['cached_wall_s']:.2f} | "
+              f"{r['reduce_wall_s']:.1f} | {r['fresh_wall_s'] / r['hta_wall_s']:.3f} | {r['cached_wall_s'] / r['hta_wall_s']:.3f} | "
+              f"{r['hta_peak_rss_mb']:.0f} | {r['fresh_peak_rss_mb']:.0f} | {r['fresh_peak_rss_mb'] / r['hta_peak_rss_mb']:.3f} | "
+              f"{r['fresh_parent_mb']:.0f} | {r['fresh_worker_mb']:.0f} | {r['fresh_parent_mb'] / r['hta_peak_rss_mb']:.3f} | "
+              f"{r['fresh_worker_mb'] / r['hta_peak_rss_mb']:.3f} | {'yes' if r['equal'] else 'NO'} | {r['load']:.1f} |")
     for r in rows:
-        print(f"| {r['n']} | {r['hta_pss']:.0f} | {r['fresh_pss']:.0f} | {r['fresh_pss'] / r['hta_pss']:.3f} |")
-    by = {r["n"]: r for r in rows}
-    print()
-    lo, hi = min(by), max(by)
-    flat = by[hi]["fresh_mb"] / by[lo]["fresh_mb"]
-    print(f"RSS flatness {lo}->{hi} ranks: hpcprof fresh x{flat:.2f}, cached x{by[hi]['cached_mb'] / by[lo]['cached_mb']:.2f}, "
-          f"HTA x{by[hi]['hta_mb'] / by[lo]['hta_mb']:.2f}; PSS: hpcprof fresh x{by[hi]['fresh_pss'] / by[lo]['fresh_pss']:.2f}, "
-          f"HTA x{by[hi]['hta_pss'] / by[lo]['hta_pss']:.2f}")
-    ref = 16 if 16 in by else sorted(by)[len(by) // 2]
-    r = by[ref]
+        if r["repeats"] > 1:
+            print(f"({r['n']} ranks, fresh/HTA per run: {', '.join(f'{x:.3f}' for x in r['fresh_ratios'])})")
+    if big_row:
+        f, h = big_row["fresh"], big_row["hta"]
+        print(f"\n| one rank, MB of JSON | hpcprof fresh s | tree peak MB | peak / JSON size | HTA | load1 |\n|---|---|---|---|---|---|\n"
+              f"| {big_row['mb']:.0f} | {f['wall_s']:.1f} | {f['peak_rss_mb']:.0f} | {f['peak_rss_mb'] / big_row['mb']:.2f} | {_hta_outcome(h)} | "
+              f"{max(f['load1'], h['load1']):.1f} |")
+    if scale_rows:
+        print("\n| ranks | GB of JSON | hpcprof fresh s | tree peak MB | parent MB | largest worker MB | timeline events | HTA | numbers equal | load1 |")
+        print("|" + "---|" * 10)
+        for r in scale_rows:
+            f, h = r["fresh"], r["hta"]
+            print(f"| {r['n']} | {r['n'] * r['mb'] / 1e3:.1f} | {f['wall_s']:.1f} | {f['peak_rss_mb']:.0f} | {f['parent_mb']:.0f} | "
+                  f"{f['worker_mb']:.0f} | {r['events']} | {_hta_outcome(h)} | {('yes' if r['equal'][0] else 'NO') if r['equal'] else '-'} | "
+                  f"{max(f['load1'], h['load1']):.1f} |")
+    parents = [(r["n"], r["fresh_parent_mb"]) for r in rows] + [(r["n"], r["fresh"]["parent_mb"]) for r in scale_rows]
+    print("\nparent peak RSS by ranks: " + ", ".join(f"{n}: {mb:.0f} MB" for n, mb in sorted(parents)))
 
     def verdict(ok):
         return "MET" if ok else "NOT MET"
 
-    print(f"targets (at {ref} ranks unless said):")
-    print(f"  first analysis <= 1/4 of HTA wall time, equal numbers: {r['fresh_s'] / r['hta_s']:.3f} "
-          f"(equal: {'yes' if r['equal'] else 'NO'}) -> {verdict(r['fresh_s'] / r['hta_s'] <= 0.25 and r['equal'])}")
-    print(f"  cached re-analysis <= 1/20 of HTA wall time: {r['cached_s'] / r['hta_s']:.3f} -> {verdict(r['cached_s'] / r['hta_s'] <= 0.05)}")
-    print(f"  peak RSS <= 1/4 of HTA's: {r['fresh_mb'] / r['hta_mb']:.3f} -> {verdict(r['fresh_mb'] / r['hta_mb'] <= 0.25)}")
-    print(f"  peak RSS flat within 20% from {lo} to {hi} ranks: x{flat:.2f} -> {verdict(abs(flat - 1) <= 0.20)}")
+    by = {r["n"]: r for r in rows}
+    print("\ntargets (issue 21):")
+    if 16 in by:
+        r = by[16]
+        print(f"  16 ranks fresh <= 1/8 of HTA: {r['fresh_wall_s'] / r['hta_wall_s']:.3f} (median of {r['repeats']}) -> "
+              f"{verdict(r['fresh_wall_s'] / r['hta_wall_s'] <= 1 / 8)}")
+        print(f"  16 ranks cached <= 1/20 of HTA: {r['cached_wall_s'] / r['hta_wall_s']:.3f} -> {verdict(r['cached_wall_s'] / r['hta_wall_s'] <= 1 / 20)}")
+        print(f"  16 ranks tree RSS <= 1/4 of HTA: {r['fresh_peak_rss_mb'] / r['hta_peak_rss_mb']:.3f} -> "
+              f"{verdict(r['fresh_peak_rss_mb'] / r['hta_peak_rss_mb'] <= 1 / 4)}; numbers equal: {'yes' if r['equal'] else 'NO'}")
+    if big_row:
+        x = big_row["fresh"]["peak_rss_mb"] / big_row["mb"]
+        print(f"  1 GB rank: peak at most 4x its JSON: x{x:.2f} -> {verdict(x <= 4)}")
+    for r in scale_rows:
+        if r["n"] == 256:
+            f = r["fresh"]
+            print(f"  256 ranks within 5 min and under 1.5 GB: {f['wall_s']:.0f} s, {f['peak_rss_mb']:.0f} MB -> "
+                  f"{verdict(f['wall_s'] <= 300 and f['peak_rss_mb'] < 1536)}; HTA: {_hta_outcome(r['hta'])}")
     if not a.keep:
         shutil.rmtree(scratch, ignore_errors=True)
     else:

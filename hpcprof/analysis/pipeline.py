@@ -111,7 +111,7 @@ def analyze(
         raise AnalysisError("nothing could be analysed:\n  " + "\n  ".join(warnings or ["no usable trace"]))
 
     summary = _reduce_and_write(src, out_dir, keep, manifest, world_size, warnings, timeline_steps, timeline_max_events,
-                                captured=captured if traces is None else None)
+                                captured=captured if traces is None else None, progress=progress)
     summary["cache"] = {
         "dir": str(cdir),
         "analysis_version": cache.ANALYSIS_VERSION,
@@ -152,14 +152,16 @@ def _traces(src: Path, ranks: Iterable[int] | None, is_run: bool) -> list[Path]:
 
 def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], manifest: dict, world_size,
                       warnings: list[str], timeline_steps: list[int] | None = None,
-                      timeline_max_events: int | None = None, captured: dict[int, dict] | None = None) -> dict[str, Any]:
+                      timeline_max_events: int | None = None, captured: dict[int, dict] | None = None,
+                      progress: bool = False) -> dict[str, Any]:
     """Reduce, then write tables, charts and report.html; return the summary (not yet written)."""
     charts = Charts()  # forks now: matplotlib loads while the reduce runs
     try:
         red = reduce_ranks(src, keep, manifest, warnings)
         views = rank_views(keep, red.idle, red.per_rank, red.recommendations)
         matching = red.whatif.matching if getattr(red, "whatif", None) is not None else None
-        clocks, timeline = merged_timeline(out.root, keep, red.nodes, matching, warnings, timeline_steps, timeline_max_events)
+        clocks, timeline = merged_timeline(out.root, keep, red.nodes, matching, warnings, timeline_steps, timeline_max_events,
+                                           progress=progress)
         tables = {**output_tables(red), **views}
         omitted = nothing_to_show(red, views)
         plots = draw_charts(charts, red, out, views, omitted)

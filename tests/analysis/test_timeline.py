@@ -21,7 +21,7 @@ import pytest
 from hpcprof.analysis import analyze
 from hpcprof.rank.clock_skew import skew_trace_file
 
-from .conftest import DLRM, DRILL_ARGS, DRILL_RANKS, load_trace, require, write_trace
+from .conftest import DLRM, DRILL_ARGS, DRILL_RANKS, SAMPLED, load_trace, require, write_trace
 
 NAME_RE = re.compile(r"^rank (\d+) · (.+) · (.+)$")
 SKEW_MS = 3.7
@@ -98,6 +98,24 @@ def test_dlrm_timeline_one_process_per_rank_every_kernel_of_the_step(tmp_path, p
     assert s["clock_alignment"]["hosts"] and doc["hpcprof"]["clock_alignment"] == s["clock_alignment"]
 
 
+def test_timeline_file_is_one_gzip_member(tmp_path, parse_cache, monkeypatch):
+    """The file is written as a stream of blocks deflated on threads (64 kB blocks here: dozens of
+    them); Perfetto reads only the first member of a multi-member gzip (google/perfetto#872), so the
+    whole document must be ONE member."""
+    import zlib
+
+    from hpcprof.analysis.outputs import gzip_stream
+
+    monkeypatch.setattr(gzip_stream, "BLOCK", 1 << 16)
+
+    analyze(require(DLRM), out=tmp_path / "an", progress=False, cache_dir=parse_cache)
+    raw = (tmp_path / "an" / "timeline.pt.trace.json.gz").read_bytes()
+    d = zlib.decompressobj(31)  # gzip wrapper
+    first = d.decompress(raw) + d.flush()
+    assert d.eof and d.unused_data == b""  # nothing after the first member
+    assert len(first) > 20 * (1 << 16) and json.loads(first)["traceEvents"]
+
+
 def test_clock_skew_is_recovered_and_leaves_the_verdict(dlrm_two_hosts, tmp_path):
     plain = analyze(dlrm_two_hosts["plain"], out=tmp_path / "plain", progress=False)
     skewed = analyze(dlrm_two_hosts["skewed"], out=tmp_path / "skewed", progress=False)
@@ -133,6 +151,21 @@ def test_size_budget_drops_low_value_events_first_and_says_so(tmp_path, parse_ca
     assert tl["events"] <= 6000
 
 
+def test_steps_beyond_the_budget_are_left_out_whole_and_said(tmp_path, parse_cache):
+    """The sampled set's GPU activity alone (2 steps) is above a 1,500-event budget: the second
+    step is left out, whole (every kernel of the first step is there), with a warning."""
+    s = analyze(require(SAMPLED), out=tmp_path / "an", progress=False, timeline_max_events=1500, cache_dir=parse_cache)
+    whole = analyze(require(SAMPLED), out=tmp_path / "whole", progress=False, cache_dir=parse_cache)["timeline"]
+    tl = s["timeline"]
+    first, second = whole["steps"]
+    assert tl["steps"] == [first] and tl["steps_left_out"] == [second]
+    assert any("left out" in w and str(second) in w for w in s["warnings"])
+    doc = read_timeline(tmp_path / "an")
+    kernels = sum(1 for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    assert kernels == sum(sum(step_kernels(load_trace(p), first).values()) for p in SAMPLED.iterdir())
+    assert doc["hpcprof"]["steps_left_out"] == [second]
+
+
 def test_unknown_timeline_step_names_the_profiled_steps(tmp_path, parse_cache):
     s = analyze(require(DLRM), out=tmp_path / "an", progress=False, timeline_steps=[999], cache_dir=parse_cache)
     assert "error" in s["timeline"] and "profiled steps: [10]" in s["timeline"]["error"]
@@ -152,3 +185,27 @@ def test_cpu_run_timeline(cpu_run, tmp_path, parse_cache):
     assert any(e.get("name", "").startswith("gloo:") for e in doc["traceEvents"])
     # one clock: on one host the offset is exactly 0
     assert [h["offset_ms"] for h in s["clock_alignment"]["hosts"]] == [0.0]
+
+
+def test_a_rank_whose_piece_fails_is_analysed_and_left_off_the_timeline(tmp_path, monkeypatch):
+    """The timeline piece is built in the rank's map task: a failure there is a warning naming the
+    file, and the rank's own analysis and the other ranks' timeline stand."""
+    from hpcprof.analysis.ranks import mapper
+
+    real = mapper.timeline_piece
+    names = {p.name for p in require(DLRM).iterdir()}
+
+    def piece(table):
+        if len(piece.calls) == 3:
+            piece.calls.append(1)
+            raise ValueError("broken piece")
+        piece.calls.append(1)
+        return real(table)
+
+    piece.calls = []
+    monkeypatch.setattr(mapper, "timeline_piece", piece)
+    s = analyze(DLRM, out=tmp_path / "an", workers=1, progress=False, use_cache=False)
+    assert s["ranks_analyzed"] == list(range(8))
+    hit = [w for w in s["warnings"] if "not on the merged timeline (ValueError: broken piece)" in w]
+    assert len(hit) == 1 and hit[0].split(": ")[0] in names
+    assert len(s["timeline"]["ranks"]) == 7 and len(s["timeline"]["ranks_without_steps"]) == 1

@@ -40,6 +40,13 @@ def traces(tmp_path_factory):
     return d
 
 
+def _timeline_events(out: Path) -> list[str]:
+    import gzip
+
+    with gzip.open(out / "timeline.pt.trace.json.gz", "rb") as fh:
+        return sorted(json.dumps(e, sort_keys=True) for e in json.loads(fh.read())["traceEvents"])
+
+
 def _sacct_tasks(cluster, array_id: str) -> dict[str, tuple[str, str]]:
     """{array task id: (state, node list)} of the allocations (-X) of one array job."""
     res = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "JobID,State,NodeList", "-j", array_id],
@@ -80,6 +87,11 @@ def test_slurm_array_summary_equals_local_pool_one_task_per_rank(slurm_cluster, 
     assert summary["cache"]["parsed_ranks"] == list(range(8))  # parsed on the cluster, not served from a cache
     # the tables the reduce read are the ones the array tasks wrote into the shared cache
     assert len(list((out / ".cache").glob("*-v*/meta.json"))) == 8
+    # the merged timeline is built from the pieces the array tasks cached with each rank's result
+    # (the parent decodes no trace): the same events as the local pool's
+    assert len(list((out / ".cache").glob("*-v*/timeline.parquet"))) == 8
+    assert summary["timeline"]["events"] == local["timeline"]["events"] > 8000
+    assert _timeline_events(out) == _timeline_events(tmp_path / "local")
 
     m = re.search(r"analysis array (\d+): 8 task\(s\) x 1 rank\(s\)", proc.stderr)
     assert m, proc.stderr[-2000:]

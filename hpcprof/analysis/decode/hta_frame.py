@@ -100,8 +100,8 @@ def _compress(df: pd.DataFrame):
 
     keep = df["dur"].notna() & df["cat"].notna()
     keep &= df["cat"].ne("Trace").fillna(True)
-    df = df.loc[keep]
     df = df.drop(columns=[c for c in _DROP if c in df.columns] + [n for n, _ in OWN_ARGS] + ["has_args"])
+    df = df.loc[keep]
     # HTA builds each args column with Series.apply over the kept rows; rebuild them from the kept
     # values so that pandas infers the column type from exactly those rows.
     for name, _raw, _default in HTA_ARGS:
@@ -147,15 +147,20 @@ def _add_iteration(df: pd.DataFrame, table) -> None:
     df["iteration"] = pd.to_numeric(pd.Series(it, index=df.index), downcast="integer")
 
 
-def hta_frame(table: pd.DataFrame):
+def hta_frame(table: pd.DataFrame | list):
     """HTA's per-rank frame and symbol table, as `parse_trace_file` returns them (before the Trace
-    aligns and filters it). `table` is not modified."""
+    aligns and filters it). `table` is not modified; passed as a one-element list, it is taken out
+    of the list and consumed (changed in place and freed as the frame is built: no copy of a 1 GB
+    rank's table beside it)."""
     from hta.common.trace import add_fwd_bwd_links, transform_correlation_to_index
 
-    df = table.copy()
+    box = table if isinstance(table, list) else [table.copy()]
+    df = box.pop()
     _round_down_time_stamps(df)
     df.insert(0, "index", pd.to_numeric(pd.Series(np.arange(len(df)), index=df.index), downcast="integer"))
-    df, symbols = _compress(df)
+    box = [df]
+    del df
+    df, symbols = _compress(box.pop())
     add_fwd_bwd_links(df)
     df = transform_correlation_to_index(df, symbols)
     _add_iteration(df, symbols)
@@ -163,9 +168,10 @@ def hta_frame(table: pd.DataFrame):
     return df, symbols
 
 
-def hta_trace(trace_path: str, rank: int, table: pd.DataFrame, meta: dict[str, Any]):
+def hta_trace(trace_path: str, rank: int, table: pd.DataFrame | list, meta: dict[str, Any]):
     """A `hta.common.trace.Trace` holding this one rank, loaded as `Trace.load_traces(
-    include_last_profiler_step=False)` would load it, ready for HTA's analyzers."""
+    include_last_profiler_step=False)` would load it, ready for HTA's analyzers (`table`: as for
+    hta_frame)."""
     import os
 
     from hta.common.trace import Trace

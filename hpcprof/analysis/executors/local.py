@@ -48,13 +48,12 @@ def map_local(files: list[Path], cache_dir: Path, use_cache: bool, workers: int,
 
     results: list[RankResult] = []
     bar = tqdm(total=len(files), desc="hpcprof: parsing traces", unit="rank", disable=not progress, file=sys.stderr)
-    if workers <= 1 or len(files) <= 1:
-        for f in files:
-            results.append(analyze_rank(f, cache_dir, use_cache, digest=(digests or {}).get(f)))
-            bar.update()
-    else:
+    # always in worker processes, one at least: a rank's decode leaves its memory with the process
+    # that did it (freed but kept by the allocator), and the chart processes forked later from this
+    # one would count it again
+    if files:
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=die_with_parent) as ex:
+        with ProcessPoolExecutor(max_workers=max(1, min(workers, len(files))), mp_context=ctx, initializer=die_with_parent) as ex:
             futs = {ex.submit(analyze_rank, f, cache_dir, use_cache, (digests or {}).get(f)): f for f in files}
             for fut in as_completed(futs):
                 try:

@@ -6,5 +6,7 @@
 - summary.py: ``summary.json`` (built from the reduce's result, written atomically);
 - report.py: the self-contained ``report.html``;
 - console.py: the few lines printed at the end of ``python -m hpcprof.analyze``;
-- timeline_trace.py: the merged timeline of every rank as one Perfetto/Chrome trace.
+- timeline_trace.py: the merged timeline of every rank as one Perfetto/Chrome trace, streamed from
+  the ranks' pieces (timeline_render.py: one rank's events as JSON text; timeline_budget.py: the
+  size budget; gzip_stream.py: the file, one gzip member deflated on threads).
 """

@@ -31,15 +31,21 @@ def _quiet_hta() -> None:
     logging.getLogger("hta").setLevel(logging.ERROR)
 
 
-def load_hta_trace(trace_path: str, rank: int, table: pd.DataFrame | None = None, meta: dict | None = None):
+def load_hta_trace(trace_path: str, rank: int, table: pd.DataFrame | list | None = None, meta: dict | None = None):
     """HTA's `Trace` for one rank and the loader used: "fast" (HTA's frame built from our event
     table, see hta_frame.py) when `table` is given and the fast path applies, else "hta" (HTA's own
-    `Trace.load_traces`, which parses the file again)."""
+    `Trace.load_traces`, which parses the file again). `table` in a one-element list is consumed
+    (hta_frame.hta_frame)."""
     from ..decode.hta_frame import fast_path_problem, hta_trace
 
     _quiet_hta()
-    if table is not None and fast_path_problem(table) is None:
+    frame = table[0] if isinstance(table, list) else table
+    if frame is not None and fast_path_problem(frame) is None:
+        del frame
         return hta_trace(trace_path, rank, table, meta or {}), "fast"
+    del frame
+    if isinstance(table, list):
+        table.clear()
     from hta.common.trace import Trace
 
     path = os.path.abspath(trace_path)
@@ -50,7 +56,7 @@ def load_hta_trace(trace_path: str, rank: int, table: pd.DataFrame | None = None
     return t, "hta"
 
 
-def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | None = None, meta: dict | None = None) -> dict[str, Any]:
+def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | list | None = None, meta: dict | None = None) -> dict[str, Any]:
     """Run HTA's temporal, idle-time, overlap and kernel breakdowns on one rank.
 
     Returns a dict of small DataFrames / floats, and "loader" (see load_hta_trace). Raises on a

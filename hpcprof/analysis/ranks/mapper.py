@@ -20,13 +20,14 @@ import numpy as np
 import pandas as pd
 
 from .. import cache
-from ..decode.events import event_table
-from ..decode.load import TraceError, file_digest, read_trace, trace_meta
+from ..decode.load import TraceError, file_digest, trace_meta
+from ..decode.stream import read_event_table
 from .operators import operator_table
 from .result import RankResult
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
+from .timeline_piece import PIECE, timeline_piece
 
-TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all", "operators", "launch_stats")
+TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all", "operators", "launch_stats", PIECE)
 
 
 def analyze_rank(
@@ -49,14 +50,15 @@ def analyze_rank(
     t0 = time.perf_counter()
     with _gc_paused():
         try:
-            decoded = read_trace(trace_path)
+            # the event table, decoded as a stream for large files (decode/stream.py)
+            meta_keys, table, n_events, skipped = read_event_table(trace_path)
         except TraceError as exc:
             return RankResult.failed(trace_path, str(exc))
-        box = [decoded]
-        del decoded  # _analyze_doc drops the decoded records once its event table is built
+        box = [table]
+        del table  # _analyze_doc drops the event table once it has what it needs from it
         try:
             with cache.EntryWriter(cache_dir, digest) as tmp:
-                _analyze_doc(trace_path, box, digest, tmp)
+                _analyze_doc(trace_path, meta_keys, box, n_events, skipped, digest, tmp)
         except Exception as exc:  # odd input we did not foresee: this file only, whatever the executor
             return RankResult.failed(trace_path, f"{trace_path.name}: analysis failed ({type(exc).__name__}: {exc})")
     res = _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
@@ -89,16 +91,23 @@ def _result(d: Path, trace_path: Path, cached: bool) -> RankResult:
     return RankResult(path=str(trace_path), ok=True, dir=str(d), meta=meta, tables=tables, cached=cached)
 
 
-def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
-    decoded = box.pop()
-    tm = trace_meta(trace_path, decoded.meta)
-    n_events = len(decoded)
-    table = event_table(decoded)
-    meta_keys, skipped = decoded.meta, decoded.skipped
-    del decoded
+def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, skipped: int, digest: str, out: Path) -> None:
+    table = box.pop()
+    tm = trace_meta(trace_path, meta_keys)
+    piece_problem = None
+    try:  # the merged timeline's part of this rank (outputs/timeline_trace.py); never costs the rank
+        piece, piece_info = timeline_piece(table)
+        if piece is not None:
+            import pyarrow.parquet as pq
+
+            pq.write_table(piece, out / f"{PIECE}.parquet")
+        del piece
+    except Exception as exc:
+        piece_info = {"main_tid": None, "steps": []}
+        piece_problem = f"{trace_path.name}: not on the merged timeline ({type(exc).__name__}: {exc})"
     tl = build_timeline(table)
     operator_table(table).to_parquet(out / "operators.parquet", index=False)
-    warnings = list(tm.warnings)
+    warnings = list(tm.warnings) + ([piece_problem] if piece_problem else [])
     name = trace_path.name
     if skipped:
         warnings.append(f"{name} (rank {tm.rank}): {skipped} entries of traceEvents are not JSON objects and were skipped")
@@ -123,7 +132,9 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
         try:
             from .hta_rank import run_hta_rank
 
-            h = run_hta_rank(str(trace_path), tm.rank, table, meta_keys)
+            box = [table]  # HTA's frame consumes the event table (the last step that reads it)
+            del table
+            h = run_hta_rank(str(trace_path), tm.rank, box, meta_keys)
             loader = h["loader"]
             row = h["temporal"].iloc[0].to_dict()
             gpu["temporal"] = {k: (None if isinstance(v, float) and math.isnan(v) else float(v)) for k, v in row.items() if k != "rank"}
@@ -157,6 +168,7 @@ def _analyze_doc(trace_path: Path, box: list, digest: str, out: Path) -> None:
         "gpu_memory_peak_bytes": tl.memory_peak_bytes,
         "n_events": n_events,
         "hta_loader": loader,
+        "timeline": piece_info,
         "warnings": warnings,
         **gpu,
     }

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -198,12 +200,16 @@ def estimate_clocks(colls: pd.DataFrame, hosts: dict, bound_us: float = BOUND_US
     systematic, same_clock_pairs = 0.0, 0
     for members in by_host.values():
         cols = [r for r in members if r in piv.columns]
-        for i, a in enumerate(cols):
-            for b in cols[i + 1:]:
-                d = (piv[a] - piv[b]).dropna()
-                if len(d):
-                    same_clock_pairs += 1
-                    systematic = max(systematic, abs(float(d.median())))
+        A = piv[cols].to_numpy(float) if cols else np.empty((0, 0))
+        for i in range(len(cols) - 1):  # every pair (a, b) of the host's ranks, a row of pairs at a time
+            D = A[:, i:i + 1] - A[:, i + 1:]
+            seen = (~np.isnan(D)).sum(axis=0) > 0
+            if seen.any():
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    med = np.nanmedian(D[:, seen], axis=0)
+                same_clock_pairs += int(seen.sum())
+                systematic = max(systematic, float(np.max(np.abs(med))))
     if not same_clock_pairs and len(by_host) > 1:
         systematic = _quickest_collectives_us(colls)
 

@@ -103,30 +103,33 @@ def _rematch(rest: pd.DataFrame, tol: float) -> pd.DataFrame:
         return x
 
     for _, grp in rest.groupby(["kind", "group"]):
-        ranks = sorted(grp["rank"].unique())
+        # each rank's instances as arrays, split once (the pairs of ranks are many at scale)
+        by_rank = {int(r): (g.index.to_numpy(), g["end"].to_numpy(float), g["arrival"].to_numpy(float))
+                   for r, g in grp.groupby("rank", sort=True)}
+        ranks = list(by_rank)
         for i, a in enumerate(ranks):
-            ga = grp[grp["rank"] == a]
+            ia_, ea, aa = by_rank[a]
             for b in ranks[i + 1:]:
-                gb = grp[grp["rank"] == b]
-                ea, eb = ga["end"].to_numpy(float), gb["end"].to_numpy(float)
+                ib_, eb, ab = by_rank[b]
                 d = np.abs(ea[:, None] - eb[None, :])
                 na, nb = d.argmin(axis=1), d.argmin(axis=0)
-                for x, y in enumerate(na):
-                    if nb[y] != x or d[x, y] > tol:
-                        continue
-                    ia, ib = ga.index[x], gb.index[y]
-                    if max(rest.at[ia, "arrival"], rest.at[ib, "arrival"]) > min(ea[x], eb[y]) + tol:
-                        continue
-                    parent[find(ia)] = find(ib)
-    groups: dict[int, list[int]] = {}
-    for i in list(parent):
-        groups.setdefault(find(i), []).append(i)
-    keep = []
-    for root, members in groups.items():
-        sub = rest.loc[members]
-        if len(members) >= 2 and sub["rank"].is_unique:
-            keep.append(sub.assign(key=f"end-matched|{root}"))
-    return pd.concat(keep) if keep else rest.iloc[:0]
+                x = np.arange(na.size)
+                y = na
+                ok = (nb[y] == x) & (d[x, y] <= tol) & (np.maximum(aa[x], ab[y]) <= np.minimum(ea[x], eb[y]) + tol)
+                for xx, yy in zip(x[ok], y[ok]):
+                    parent[find(ia_[xx])] = find(ib_[yy])
+    if not parent:
+        return rest.iloc[:0]
+    members = list(parent)
+    roots = pd.Series([find(i) for i in members], index=members)
+    sub = rest.loc[members].assign(_root=roots.to_numpy())
+    g = sub.groupby("_root")["rank"]
+    # a group of two or more instances, one per rank (in first-seen order of the groups, as before)
+    ok = (g.transform("size") >= 2) & (g.transform("nunique") == g.transform("size"))
+    sub = sub[ok.to_numpy()]
+    order = {r: i for i, r in enumerate(dict.fromkeys(roots.to_numpy().tolist()))}
+    sub = sub.iloc[np.argsort(sub["_root"].map(order).to_numpy(), kind="stable")]
+    return sub.assign(key=["end-matched|" + str(r) for r in sub["_root"]]).drop(columns="_root")
 
 
 @dataclass

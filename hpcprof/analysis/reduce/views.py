@@ -34,11 +34,32 @@ def gather(tables: dict[int, str | None]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def launch_table(launches: pd.DataFrame) -> pd.DataFrame:
-    """One row per rank: launch_summary of its launches (empty without launches)."""
-    if launches.empty:
-        return pd.DataFrame()
-    return pd.DataFrame([{"rank": int(r), **launch_summary(g)} for r, g in launches.groupby("rank")])
+class RankParts:
+    """A table kept as its per-rank Parquet files (rank -> path) and written out rank by rank
+    (outputs/tables.write_table): the per-launch table is thousands of rows per rank (1.6 million
+    at 256 ranks), and the parent holds one rank's rows at a time, never all."""
+
+    def __init__(self, parts: dict[int, str | None]):
+        self.parts = {r: p for r, p in sorted(parts.items()) if p}
+
+    def frames(self):
+        """Each non-empty rank's rows, with its `rank` column, in rank order."""
+        for r, p in self.parts.items():
+            df = pd.read_parquet(p)
+            if not df.empty:
+                yield df.assign(rank=r)
+
+    @property
+    def empty(self) -> bool:
+        return not any(True for _ in self.frames())
+
+
+def launch_table(launches) -> pd.DataFrame:
+    """One row per rank: launch_summary of its launches (empty without launches); `launches`: a
+    frame with a rank column, or RankParts (read one rank at a time)."""
+    groups = launches.frames() if isinstance(launches, RankParts) else (g for _, g in launches.groupby("rank"))
+    rows = [{"rank": int(g["rank"].iloc[0]), **launch_summary(g)} for g in groups]
+    return pd.DataFrame(rows)
 
 
 def launch_recommendation(summary: pd.DataFrame, idle: pd.DataFrame, per_rank: pd.DataFrame) -> dict | None:
@@ -70,12 +91,12 @@ def launch_recommendation(summary: pd.DataFrame, idle: pd.DataFrame, per_rank: p
     }
 
 
-def rank_views(keep: dict, idle: pd.DataFrame, per_rank: pd.DataFrame, recommendations: list[dict]) -> dict[str, pd.DataFrame]:
-    """The tables `operators`, `kernel_launches` and `launch_summary` of the selected ranks
+def rank_views(keep: dict, idle: pd.DataFrame, per_rank: pd.DataFrame, recommendations: list[dict]) -> dict:
+    """The tables `operators`, `kernel_launches` (RankParts) and `launch_summary` of the selected ranks
     (`keep`: rank -> RankResult); the launch recommendation, when it applies, is added to
     `recommendations` in score order."""
     ops = gather({r: v.tables.get("operators") for r, v in keep.items()})
-    launches = gather({r: v.tables.get("launch_stats") for r, v in keep.items()})
+    launches = RankParts({r: v.tables.get("launch_stats") for r, v in keep.items()})
     summary = launch_table(launches)
     rec = launch_recommendation(summary, idle, per_rank)
     if rec is not None:

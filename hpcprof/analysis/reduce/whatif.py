@@ -266,16 +266,31 @@ def _tail_anchors(chain: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
     """(R, K): per rank s and collective k, the median of the other members' x (x[s] itself where
-    s is the only member)."""
-    R = x.shape[0]
+    s is the only member). Per collective from its members' sorted values: leaving out the value at
+    sorted position p shifts the indices at and above p by one (no R x R work: 256 ranks)."""
     out = np.array(x, dtype=float, copy=True)
-    masked = np.where(member, x, np.nan)
-    for s in range(R):
-        o = np.delete(masked, s, axis=0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            med = np.nanmedian(o, axis=0) if o.size else np.full(x.shape[1:], np.nan)
-        out[s] = np.where(np.isnan(med), out[s], med)
+    for k in range(x.shape[1]):
+        valid = member[:, k] & ~np.isnan(x[:, k])
+        m = np.flatnonzero(valid)
+        n = m.size
+        if n == 0:
+            continue
+        order = np.argsort(x[m, k], kind="stable")
+        v = x[m, k][order]
+        # the ranks that are not (valid) members: the median of all n members
+        half = n // 2
+        med_all = v[half] if n % 2 else (v[half - 1] + v[half]) / 2
+        out[~valid, k] = med_all
+        if n == 1:
+            continue  # its only member keeps its own value
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = np.arange(n)  # sorted position of each member
+        n1 = n - 1
+
+        def at(i):
+            return v[i + (i >= pos)]
+
+        out[m, k] = at(np.full(n, (n1 - 1) // 2)) if n1 % 2 else (at(np.full(n, n1 // 2 - 1)) + at(np.full(n, n1 // 2))) / 2
     return out
 
 
@@ -325,9 +340,10 @@ def _cum_columns(df: pd.DataFrame, at: str) -> list[str]:
     return [f"cum_{c}_{at}_ms" for c in CAUSE_CATEGORIES]
 
 
-def _window_excess(g: StepGraph, s: int, m: pd.DataFrame, steps: pd.DataFrame | None) -> dict[str, float] | None:
-    """Net category excess (ms) of rank index s over the others' median in the windows before its
-    late arrivals in graph g (see the module docstring); None without category columns."""
+def _cause_clock(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None) -> tuple | None:
+    """The cumulative category times of graph g's ranks at their arrivals, collective ends, step
+    starts and stops (what _window_excess reads; gathered once per step, not once per rank); None
+    without category columns."""
     arr_cols, end_cols = _cum_columns(m, "arrival"), _cum_columns(m, "end")
     if steps is None or not set(arr_cols + end_cols) <= set(m.columns):
         return None
@@ -348,6 +364,18 @@ def _window_excess(g: StepGraph, s: int, m: pd.DataFrame, steps: pd.DataFrame | 
     stp = steps[steps["step"] == g.step].drop_duplicates("rank").set_index("rank")
     s0 = stp.reindex(g.ranks)[st_start].to_numpy(float)
     s1 = stp.reindex(g.ranks)[st_end].to_numpy(float)
+    return ca, ce, s0, s1
+
+
+def _window_excess(g: StepGraph, s: int, clock: tuple | None) -> dict[str, float] | None:
+    """Net category excess (ms) of rank index s over the others' median in the windows before its
+    late arrivals in graph g (see the module docstring); None without category columns (`clock`:
+    _cause_clock of g)."""
+    if clock is None:
+        return None
+    ca, ce, s0, s1 = clock
+    R, K = g.member.shape
+    ncat = len(CAUSE_CATEGORIES)
 
     def window(i: int, k: int, after: int) -> np.ndarray:
         """Categories of rank i's segment before k (k = -1: its tail), starting no earlier than its
@@ -442,11 +470,12 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
                           "threshold_ms": thr, "collectives": g.member.shape[1]})
         last_arr = np.nanmax(g.arrival, axis=0)
         step_costs = t[0] - t[1:1 + len(g.ranks)]
+        clock = _cause_clock(g, mt.df, steps)
         for i, r in enumerate(g.ranks):
             cost = float(step_costs[i])
             wait = float(np.nansum(np.where(g.member[i], last_arr - g.arrival[i], 0.0))) / 1e3
             cost_rows.append({"rank": int(r), "step": g.step, "cost_ms": cost, "wait_ms": wait, "base_threshold_ms": thr})
-            ex = _window_excess(g, i, mt.df, steps)
+            ex = _window_excess(g, i, clock)
             if ex is None:
                 have_cause = False
             else:

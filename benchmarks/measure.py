@@ -1,0 +1,100 @@
+"""Measuring a command as a user runs it: wall time and the peak memory of its process tree.
+
+`measure(cmd, log)` runs cmd in a fresh subprocess (its own process group) and samples every ~50 ms
+the RSS of every process of its tree: the peak of the sum (the tree), of the command's own process
+(the parent: for hpcprof the reduce and the outputs), and of the largest child (a map worker), plus
+the summed PSS (pages shared between a parent and its forked workers counted once). Optional limits
+stop the command (the whole group) when it runs longer than `timeout_s` or its tree's RSS passes
+`max_rss_mb`, and say which: how far HTA gets on a set it cannot finish, without taking the shared
+machine's memory. Every figure carries load1 (the 1-minute load average at the start).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _tree(proc) -> tuple[int, int, int, int]:
+    """(summed RSS, summed PSS, RSS of proc itself, largest RSS among its descendants), bytes."""
+    import psutil
+
+    try:
+        kids = proc.children(recursive=True)
+    except psutil.Error:
+        return 0, 0, 0, 0
+    rss = pss = own = child = 0
+    for p in [proc] + kids:
+        try:
+            r = p.memory_info().rss
+        except psutil.Error:
+            continue
+        rss += r
+        pss += _pss(p.pid)
+        if p.pid == proc.pid:
+            own = r
+        else:
+            child = max(child, r)
+    return rss, pss, own, child
+
+
+def measure(cmd: list[str], log: Path, interval: float = 0.05, timeout_s: float | None = None,
+            max_rss_mb: float | None = None, check: bool = True) -> dict:
+    """Run cmd; {wall_s, peak_rss_mb (tree), peak_pss_mb, parent_mb, worker_mb, load1, outcome}.
+    outcome: "ok", "failed (exit N)", "stopped: time limit (S s)" or "stopped: memory limit (M MB)".
+    With check=True a failure (not a stop) raises SystemExit with the end of the log."""
+    import psutil
+
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    peak = {"rss": 0, "pss": 0, "own": 0, "child": 0}
+    stopped: list[str] = []
+    with open(log, "w") as fh:
+        p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+        stop = threading.Event()
+
+        def sample():
+            proc = psutil.Process(p.pid)
+            while not stop.is_set():
+                rss, pss, own, child = _tree(proc)
+                for k, v in (("rss", rss), ("pss", pss), ("own", own), ("child", child)):
+                    peak[k] = max(peak[k], v)
+                over_t = timeout_s is not None and time.perf_counter() - t0 > timeout_s
+                over_m = max_rss_mb is not None and rss / 2**20 > max_rss_mb
+                if (over_t or over_m) and not stopped:
+                    stopped.append(f"stopped: time limit ({timeout_s:.0f} s)" if over_t else f"stopped: memory limit ({max_rss_mb:.0f} MB)")
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                stop.wait(interval)
+
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        rc = p.wait()
+        wall = time.perf_counter() - t0
+        stop.set()
+        th.join()
+    outcome = stopped[0] if stopped else ("ok" if rc == 0 else f"failed (exit {rc})")
+    if check and outcome.startswith("failed"):
+        raise SystemExit(f"command failed (exit {rc}): {' '.join(cmd)}\n--- {log}:\n{log.read_text()[-3000:]}")
+    mb = lambda b: b / 2**20  # noqa: E731
+    return {"wall_s": wall, "peak_rss_mb": mb(peak["rss"]), "peak_pss_mb": mb(peak["pss"]), "parent_mb": mb(peak["own"]),
+            "worker_mb": mb(peak["child"]), "load1": load, "outcome": outcome}

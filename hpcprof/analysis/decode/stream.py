@@ -1,0 +1,296 @@
+"""Streaming decode of large traces: the event table without the whole file or its records in memory.
+
+Why: `read_trace` holds the file's bytes and one record per event, and `event_table` then builds
+the columns, so a 1 GB rank peaked at 8.3 GB (HTA: 7.2 GB). Here the file is read in blocks; a
+vectorised scan of each block (numpy: quotes, escapes, brackets, commas outside strings) finds where
+the elements of `traceEvents` end; each run of complete elements is decoded by the same typed
+msgspec decoder as `decode()` and turned at once into compact columns (numbers as int64/float64
+arrays, text with one object per distinct value), and its records are freed. The columns are then
+joined with the dtype rules of `event_table`, so the table is the same as `event_table(read_trace())`
+(tests/analysis/test_stream_decode.py checks it, column by column, on every shared trace).
+
+Used by `read_event_table` for files larger than STREAM_MIN_BYTES (uncompressed, estimated); smaller
+ones go the whole-file way, which is a little faster. Bad input raises the same TraceError messages.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from .events import (
+    _ARGS_FIELDS, _EVENT_FIELDS, _NO_ARGS, HTA_ARGS, META_KEYS, OBJECT_KEYS, OWN_ARGS, TOP_LEVEL, DROPPED_KEYS,
+    DecodedTrace, _Doc, _Event, _Args, event_table,
+)
+
+STREAM_MIN_BYTES = 256 << 20
+"""Files whose JSON is larger than this (a .gz counted at 8x its size) are decoded as a stream."""
+BLOCK = 16 << 20
+GZ_RATIO = 8
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_META = msgspec.json.Decoder(_Doc)
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_LUT = np.zeros(256, dtype=np.int8)
+_LUT[ord("[")] = _LUT[ord("{")] = 1
+_LUT[ord("]")] = _LUT[ord("}")] = -1
+_LUT[ord(",")] = 2
+
+
+class StreamError(ValueError):
+    """The stream is not a trace we can split (no top-level traceEvents array, cut off)."""
+
+
+class _Scanner:
+    """Where the elements of the traceEvents array end, block by block (state carried across)."""
+
+    def __init__(self, depth: int):
+        self.in_str = False
+        self.depth = depth
+
+    def scan(self, buf: bytes, start: int, level: int) -> tuple[list[int], int | None]:
+        """Scan buf[start:]: positions of commas at `level` (between elements) and of the ']' closing
+        the array (None if not in it)."""
+        b = np.frombuffer(buf, dtype=np.uint8, offset=start)
+        q = np.flatnonzero(b == 34)  # '"'
+        if q.size:
+            prev = b[np.maximum(q - 1, 0)].copy()
+            if q[0] == 0:
+                prev[0] = buf[start - 1] if start > 0 else 0
+            esc = q[prev == 92]
+            if esc.size:  # a quote after backslashes is escaped when their number is odd
+                bad = []
+                for p in esc.tolist():
+                    n, i = 0, start + p - 1
+                    while i >= 0 and buf[i] == 92:
+                        n, i = n + 1, i - 1
+                    if n % 2:
+                        bad.append(p)
+                if bad:
+                    q = np.setdiff1d(q, np.array(bad))
+        s = np.flatnonzero(_LUT[b])
+        outside = ((np.searchsorted(q, s) + int(self.in_str)) % 2) == 0
+        s = s[outside]
+        code = _LUT[b[s]].astype(np.int64)
+        delta = np.where(code == 2, 0, code)
+        before = self.depth + np.cumsum(delta) - delta
+        commas = s[(code == 2) & (before == level)]
+        close = s[(code == -1) & (before == level)]
+        self.in_str = bool((q.size + int(self.in_str)) % 2)
+        end = None
+        if close.size:
+            end = int(close[0]) + start
+            commas = commas[commas < close[0]]
+        else:
+            self.depth = int(before[-1] + delta[-1]) if s.size else self.depth
+        return [int(c) + start for c in commas], end
+
+
+_ENC = msgspec.json.Encoder()
+
+
+def _intern(seen: dict, v):
+    """One object per distinct value of a column: texts, ints and lists (HTA's `Input Dims` and
+    `Input type` are lists of lists, a few hundred bytes of objects per event, repeated through the
+    trace). Equal values share one object; nothing mutates them."""
+    t = type(v)
+    if t is str or t is int:
+        return seen.setdefault((t, v), v)
+    if t is list:
+        return seen.setdefault((t, _ENC.encode(v)), v)
+    return v
+
+
+class _Columns:
+    """Per column, the compact pieces of every decoded run of events."""
+
+    def __init__(self):
+        self.top: dict[str, list] = {k: [] for k in TOP_LEVEL if k not in DROPPED_KEYS}
+        self.args: dict[str, list] = {n: [] for n in _ARGS_FIELDS}
+        self.has_args: list[np.ndarray] = []
+        self.interned: dict[str, dict] = {}
+        self.n = 0
+
+    def _compact(self, name: str, values: tuple):
+        """An int64 array when every value is an int that fits; ("num", float64 values, which were
+        ints, the exact values or None) when every value is a number (the exact ones kept where an
+        int is beyond float precision); else an object array, one object per distinct text."""
+        if all(type(v) is int for v in values):
+            try:
+                return np.array(values, dtype=np.int64)
+            except OverflowError:
+                return ("num", np.array(values, dtype=np.float64), np.ones(len(values), dtype=bool), np.fromiter(values, dtype=object, count=len(values)))
+        if all(type(v) is int or type(v) is float for v in values):
+            isint = np.fromiter((type(v) is int for v in values), dtype=bool, count=len(values))
+            f = np.array(values, dtype=np.float64)
+            exact = np.fromiter(values, dtype=object, count=len(values)) if isint.any() and np.abs(f[isint]).max() > 2 ** 53 else None
+            return ("num", f, isint, exact)
+        seen = self.interned.setdefault(name, {})
+        return np.fromiter((_intern(seen, v) for v in values), dtype=object, count=len(values))
+
+    def add(self, events: list) -> None:
+        if not events:
+            return
+        top = dict(zip(_EVENT_FIELDS, zip(*map(msgspec.structs.astuple, events))))
+        for k in self.top:
+            self.top[k].append(self._compact(k, top[k]))
+        self.has_args.append(np.array([a is not None for a in top["args"]], dtype=bool))
+        args = dict(zip(_ARGS_FIELDS, zip(*map(msgspec.structs.astuple, (_NO_ARGS if a is None else a for a in top["args"])))))
+        for k in self.args:
+            self.args[k].append(self._compact(k, args[k]))
+        self.n += len(events)
+
+    @staticmethod
+    def _join(pieces: list, object_dtype: bool) -> pd.Series:
+        """The column `_column` (or pd.Series(dtype=object)) would build from all values at once."""
+        if not pieces:
+            return pd.Series([], dtype=object if object_dtype else None)
+        is_int = [isinstance(p, np.ndarray) and p.dtype == np.int64 for p in pieces]
+        is_num = [isinstance(p, tuple) for p in pieces]
+        if not object_dtype and all(is_int):
+            return pd.Series(np.concatenate(pieces))
+        all_ints = all(i or (n and p[2].all()) for i, n, p in zip(is_int, is_num, pieces))
+        if not object_dtype and not all_ints and all(i or n for i, n in zip(is_int, is_num)):
+            return pd.Series(np.concatenate([p[1] if isinstance(p, tuple) else p.astype(np.float64) for p in pieces]))
+        objs = []
+        for p in pieces:
+            if isinstance(p, tuple):  # numbers back to the Python ints and floats they were
+                if p[3] is not None:
+                    objs.append(p[3])
+                    continue
+                o = p[1].astype(object)
+                o[p[2]] = p[1][p[2]].astype(np.int64).astype(object)
+                objs.append(o)
+            elif p.dtype != object:  # ints: one Python int per distinct value, not per event
+                u, inv = np.unique(p, return_inverse=True)
+                objs.append(np.fromiter(u.tolist(), dtype=object, count=u.size)[inv])
+            else:
+                objs.append(p)
+        values = np.concatenate(objs)
+        return pd.Series(values, dtype=object) if object_dtype else pd.Series(values.tolist())
+
+    def table(self) -> pd.DataFrame:
+        cols: dict[str, Any] = {}
+        for key, pieces in self.top.items():
+            col = self._join(pieces, key in OBJECT_KEYS)
+            self.top[key] = []
+            if col.isna().all() and not any(p.dtype == object and any(v is None for v in p) for p in pieces if isinstance(p, np.ndarray)):
+                continue
+            cols[key] = col
+        for name, _key, _default in HTA_ARGS:
+            cols[name] = self._join(self.args.pop(name), False)
+        for name, _key in OWN_ARGS:
+            cols[name] = self._join(self.args.pop(name), True)
+        cols["has_args"] = pd.Series(np.concatenate(self.has_args) if self.has_args else np.empty(0, dtype=bool), dtype=bool)
+        return pd.DataFrame(cols)
+
+
+def _loose(chunk: bytes) -> tuple[list, int]:
+    """A run of elements the typed decoder refused: keep the objects (as decode() does)."""
+    events, skipped = [], 0
+    for e in msgspec.json.decode(chunk):
+        if not isinstance(e, dict):
+            skipped += 1
+            continue
+        a = e.get("args")
+        args = msgspec.convert(a, _Args, strict=False) if isinstance(a, dict) else (_NO_ARGS if a is not None else None)
+        events.append(_Event(**{k: e[k] for k in TOP_LEVEL if k in e}, args=args))
+    return events, skipped
+
+
+def stream_table(fh, block: int = BLOCK) -> tuple[dict, pd.DataFrame, int, int]:
+    """(metadata, event table, events, skipped entries) of the trace read from binary file `fh`.
+    Raises msgspec.DecodeError for text that is not JSON, StreamError where no top-level
+    traceEvents array can be found or the file ends inside it."""
+    buf = b""
+    head = None
+    while head is None:  # find the array: the key at depth 1, outside any string
+        more = fh.read(block)
+        buf += more
+        for m in _KEY.finditer(buf):
+            sc = _Scanner(0)
+            sc.scan(buf[: m.start()], 0, -99)
+            if not sc.in_str and sc.depth == 1:
+                head = m
+                break
+        if head is None and not more:
+            raise StreamError("no 'traceEvents' list")
+    prefix = buf[: head.end() - 1]
+    pos = head.end()  # first byte inside the array
+    sc = _Scanner(2)
+    cols = _Columns()
+    skipped = 0
+    scanned = pos
+    end = None
+    while True:
+        commas, end = sc.scan(buf, scanned, 2)
+        scanned = len(buf)
+        cut = end if end is not None else (commas[-1] if commas else None)
+        if cut is not None:
+            if cut > pos:
+                chunk = b"[" + buf[pos:cut] + b"]"
+                try:
+                    cols.add(_EVENTS.decode(chunk))
+                except msgspec.ValidationError:
+                    ev, sk = _loose(chunk)
+                    cols.add(ev)
+                    skipped += sk
+                del chunk
+            buf, scanned, pos = buf[cut + 1:], scanned - (cut + 1), 0  # drop what is decoded (the comma or ']' too)
+        if end is not None:
+            break
+        more = fh.read(block)
+        if not more:
+            raise StreamError("the file ends inside traceEvents (truncated)")
+        buf += more
+    suffix = buf + fh.read()
+    doc = prefix + b"[]" + suffix
+    try:
+        d = _META.decode(doc)
+        meta = {k: getattr(d, k) for k in META_KEYS if getattr(d, k) is not None}
+    except msgspec.ValidationError:
+        raw = msgspec.json.decode(doc)
+        meta = {k: raw[k] for k in META_KEYS if raw.get(k) is not None}
+    return meta, cols.table(), cols.n, skipped
+
+
+def read_event_table(path: str | Path, min_bytes: int | None = None) -> tuple[dict, pd.DataFrame, int, int]:
+    """(metadata, event table, number of events, skipped entries) of one trace; large files are
+    decoded as a stream (module docstring). Raises TraceError with read_trace's messages."""
+    from .load import TraceError, read_trace
+
+    path = Path(path)
+    gz = path.name.endswith(".gz")
+    try:
+        size = path.stat().st_size * (GZ_RATIO if gz else 1)
+    except OSError:
+        size = 0
+    if size <= (STREAM_MIN_BYTES if min_bytes is None else min_bytes):
+        decoded: DecodedTrace = read_trace(path)
+        meta, n, skipped = decoded.meta, len(decoded), decoded.skipped
+        return meta, event_table(decoded), n, skipped
+    name = path.name
+    try:
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
+            meta, table, n, skipped = stream_table(fh, BLOCK)
+    except OSError as exc:
+        if isinstance(exc, gzip.BadGzipFile) or not isinstance(exc, (FileNotFoundError, PermissionError)):
+            raise TraceError(f"{name}: truncated or corrupt gzip data ({exc}); the trace was probably cut off while being written") from None
+        raise TraceError(f"{name}: cannot read file ({exc.strerror or exc})") from None
+    except (EOFError, zlib.error) as exc:
+        raise TraceError(f"{name}: truncated or corrupt gzip data ({exc}); the trace was probably cut off while being written") from None
+    except msgspec.DecodeError as exc:
+        raise TraceError(f"{name}: not valid JSON ({str(exc)[:120]}); truncated or corrupt trace") from None
+    except StreamError as exc:
+        if "truncated" in str(exc):
+            raise TraceError(f"{name}: not valid JSON ({exc}); truncated or corrupt trace") from None
+        raise TraceError(f"{name}: not a Kineto/Chrome trace (no 'traceEvents' list)") from None
+    if not n:
+        raise TraceError(f"{name}: trace holds no events")
+    return meta, table, n, skipped

@@ -1,0 +1,92 @@
+"""A gzip file written as a stream, its blocks compressed on threads (the scheme of pigz).
+
+Why: the merged timeline is up to about 130 MB of JSON (1,000,000 events); gzip at level 6 on one
+core took about 1.5 s of it, and the file used to be built whole in memory first. Here the JSON is
+written rank by rank; every BLOCK bytes are deflated by a thread pool (zlib releases the GIL), each
+block ending with a sync flush so that the raw deflate streams concatenate into one, and the file
+is ONE gzip member: Perfetto reads no multi-member gzip (google/perfetto#872). The CRC-32 of the
+whole text is kept as it is written. Memory: at most 2 x threads blocks in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+LEVEL = 3
+"""zlib level: measured on the DLRM timeline, level 3 deflates 200 MB/s at a ratio of 11.5, level 6
+92 MB/s at 14.1 (one core)."""
+BLOCK = 4 << 20
+
+
+def _deflate(data: bytes, level: int) -> bytes:
+    c = zlib.compressobj(level, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+
+
+class GzipStream:
+    """Write text to `path` as one gzip member; `close()` finishes the file, which appears
+    atomically (written under a temporary name and renamed); `abort()` removes the partial one."""
+
+    def __init__(self, path: str | os.PathLike, level: int = LEVEL, threads: int | None = None, block: int | None = None):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self.level, self.block = level, block or BLOCK
+        self.threads = threads or max(1, min(4, os.cpu_count() or 1))
+        self._fh = open(self.tmp, "wb")
+        self._fh.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # gzip header: deflate, no name, mtime 0
+        self._pool = ThreadPoolExecutor(max_workers=self.threads)
+        self._pending: deque = deque()
+        self._buf: list[bytes] = []
+        self._buffered = 0
+        self._crc = 0
+        self._size = 0
+
+    def write(self, data: bytes | str) -> None:
+        if isinstance(data, str):
+            data = data.encode()
+        if not data:
+            return
+        self._buf.append(data)
+        self._buffered += len(data)
+        if self._buffered >= self.block:
+            self._submit()
+
+    def _submit(self) -> None:
+        data = b"".join(self._buf)
+        self._buf, self._buffered = [], 0
+        self._crc = zlib.crc32(data, self._crc)
+        self._size += len(data)
+        self._pending.append(self._pool.submit(_deflate, data, self.level))
+        while len(self._pending) > 2 * self.threads:
+            self._fh.write(self._pending.popleft().result())
+
+    def close(self) -> None:
+        if self._buffered:
+            self._submit()
+        while self._pending:
+            self._fh.write(self._pending.popleft().result())
+        self._pool.shutdown()
+        self._fh.write(zlib.compressobj(self.level, zlib.DEFLATED, -15).flush(zlib.Z_FINISH))  # the final (empty) block
+        self._fh.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
+        self._fh.close()
+        self.tmp.replace(self.path)
+
+    def abort(self) -> None:
+        self._pool.shutdown(cancel_futures=True)
+        self._fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> "GzipStream":
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False

@@ -1,0 +1,88 @@
+"""The streaming decode of large traces (decode/stream.py) builds the same event table as the
+whole-file decode, column by column (values and dtypes), on every shared trace; split into small
+blocks, so that element boundaries, strings and escapes fall across blocks. And its errors name the
+file as read_trace's do."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pandas as pd
+import pytest
+
+from hpcprof.analysis.decode.events import event_table
+from hpcprof.analysis.decode.load import TraceError, read_trace
+from hpcprof.analysis.decode.stream import read_event_table, stream_table
+
+from .conftest import TRACES, require
+
+
+def _shared_traces():
+    root = TRACES
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.rglob("*.json*") if p.is_file() and p.suffix in (".json", ".gz") and p.stat().st_size < 20e6)
+
+
+def _whole(path):
+    d = read_trace(path)
+    return d.meta, event_table(d), len(d), d.skipped
+
+
+@pytest.mark.parametrize("path", _shared_traces(), ids=lambda p: str(p.relative_to(TRACES)))
+def test_stream_equals_whole_decode(path):
+    try:
+        want = _whole(path)
+    except TraceError as exc:
+        with pytest.raises(TraceError) as got:
+            read_event_table(path, min_bytes=0)
+        assert str(got.value).split(":")[0] == str(exc).split(":")[0]
+        return
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        got = stream_table(fh, block=4096)
+    assert got[0] == want[0]
+    assert got[2:] == want[2:]
+    pd.testing.assert_frame_equal(got[1], want[1], check_exact=True)
+
+
+def test_stream_keeps_odd_elements_and_escapes(tmp_path):
+    ev = [{"ph": "X", "name": 'a "quoted" \\ name, with [brackets] {and} commas\\', "ts": 1, "dur": 2, "pid": 1, "tid": "t"},
+          7, "text, [x]", {"ph": "i", "name": "b", "ts": 3.5, "pid": "s", "tid": 2, "args": {"correlation": 9, "Seq": "x"}},
+          {"ph": "X", "name": "c", "ts": 2 ** 70, "dur": 1.5, "pid": 1, "tid": 1, "args": [1]}]
+    p = tmp_path / "odd.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev, "traceName": "x"}))
+    want = _whole(p)
+    for block in (3, 7, 64):
+        with open(p, "rb") as fh:
+            got = stream_table(fh, block=block)
+        assert got[0] == want[0] and got[2:] == want[2:] == (3, 2)
+        pd.testing.assert_frame_equal(got[1], want[1], check_exact=True)
+
+
+def test_stream_errors_name_the_file(tmp_path):
+    p = tmp_path / "cut.json"
+    p.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}, {"ph": "X"')
+    with pytest.raises(TraceError, match=r"^cut\.json: .*truncated"):
+        read_event_table(p, min_bytes=0)
+    q = tmp_path / "none.json"
+    q.write_text('{"events": []}')
+    with pytest.raises(TraceError, match=r"^none\.json: not a Kineto/Chrome trace"):
+        read_event_table(q, min_bytes=0)
+
+
+def test_analysis_through_the_stream_equals_the_reference(monkeypatch, tmp_path):
+    """Every trace of the DLRM set decoded as a stream (in 64 kB blocks): the analysis' summary and
+    timeline are those stored by the code before the streaming decode existed."""
+    from hpcprof.analysis.decode import stream
+
+    from .reference_outputs import STORE, run_case
+
+    require(TRACES / "param_dlrm_8x_v100")
+    monkeypatch.setattr(stream, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(stream, "BLOCK", 1 << 16)
+    from .test_reference_outputs import _diff
+
+    now = json.loads(json.dumps(run_case("dlrm", TRACES, tmp_path, cache_dir=tmp_path / "cache")))
+    assert not _diff(json.loads(STORE.read_text())["dlrm"], now)
