@@ -1,6 +1,6 @@
 """Analysis at scale: hpcprof analyze (fresh and cached) against HTA, from 8 to 256 ranks and on one 1 GB rank.
 
-Builds N-rank trace sets by tiling the real DLRM traces (../shared/traces/param_dlrm_8x_v100) in
+Builds N-rank trace sets by tiling the real DLRM traces (tests/data/param_dlrm_8x_v100) in
 time, then, in the same run and each in a fresh subprocess (benchmarks/measure.py: wall time, peak
 RSS of the process tree, of its parent process and of its largest child), measures:
 
@@ -47,7 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import measure  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE = (REPO / ".." / "shared" / "traces" / "param_dlrm_8x_v100").resolve()
+# the DLRM traces the repository carries (tests/data/README.md); a collection beside the checkout as a fallback
+SOURCE = next((p for p in (REPO / "tests" / "data" / "param_dlrm_8x_v100", (REPO / ".." / "shared" / "traces" / "param_dlrm_8x_v100").resolve())
+               if p.is_dir()), REPO / "tests" / "data" / "param_dlrm_8x_v100")
 SOURCE_RANKS = 8
 GAP_US = 1000
 ID_KEYS = ("External id", "correlation", "Ev Idx", "Sequence number")

@@ -13,7 +13,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_TRACES = REPO.parent / "shared" / "traces"
+TRACES = REPO / "tests" / "data"
+"""The real traces the tests read, carried by the repository (tests/data/README.md: provenance, licences)."""
+INPUT_DIRS = (TRACES, REPO / "tests" / "golden")
+"""The tests' input folders: read, never written (tests/conftest.py checks them over the session)."""
+
+
+def input_snapshot(dirs) -> dict[str, str]:
+    """Every file and folder under `dirs`: relative path -> content hash (folders: "dir")."""
+    import hashlib
+
+    out: dict[str, str] = {}
+    for d in dirs:
+        d = Path(d)
+        if not d.is_dir():
+            out[str(d)] = "missing"
+            continue
+        for p in sorted(d.rglob("*")):
+            key = str(p.relative_to(d.parent))
+            out[key] = "dir" if p.is_dir() else hashlib.blake2b(p.read_bytes(), digest_size=16).hexdigest()
+    return out
+
+
+def snapshot_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """What differs between two input_snapshot()s, one line per path."""
+    lines = [f"changed: {k}" for k in sorted(before) if k in after and after[k] != before[k]]
+    lines += [f"added: {k}" for k in sorted(set(after) - set(before))]
+    lines += [f"removed: {k}" for k in sorted(set(before) - set(after))]
+    return lines
 
 # A fast CPU job: 2 ranks, resnet18 on 32 px synthetic images.
 FAST_FLAGS = [

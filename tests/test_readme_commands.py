@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, SHARED_TRACES
+from helpers import REPO, TRACES
 
 README = REPO / "README.md"
 DAY_ONE_SECTION = "## On a cluster, day one\n"
@@ -128,14 +128,14 @@ def module_and_flags(cmd: str) -> list[str]:
 def scratch(tmp_path_factory) -> Path:
     """A folder like the checkout root for the README's commands: jobs/ (a link to the checkout's)
     and runs/demo, a writable copy of a real 2-rank GPU trace set (hta_sampled_2of128)."""
-    src = SHARED_TRACES / "hta_sampled_2of128"
+    src = TRACES / "hta_sampled_2of128"
     if not src.is_dir():
-        pytest.skip(f"{src} not found (shared/ traces must sit beside the repository)")
+        raise AssertionError(f"{src} not found: tests/data is part of the repository")
     root = tmp_path_factory.mktemp("readme")
     (root / "jobs").symlink_to(REPO / "jobs")
     run = root / "runs" / "demo"
     shutil.copytree(src, run)
-    run.chmod(0o755)  # the shared traces are read-only; a user's run directory is not
+    run.chmod(0o755)  # a user's run directory is writable, whatever the mode of the copied traces
     for p in run.iterdir():
         p.chmod(0o644)
     return root

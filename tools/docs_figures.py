@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES = (REPO / ".." / "shared" / "traces").resolve()
+TRACES = REPO / "tests" / "data"  # the real traces the repository carries (tests/data/README.md)
 
 BLOCKS = {
     "kineto": (REPO / "docs" / "compare.md",

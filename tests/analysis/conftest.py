@@ -1,4 +1,4 @@
-"""Fixtures for the analysis tests: the shared real traces, bad variants built in tmp dirs, and one
+"""Fixtures for the analysis tests: the real traces of tests/data, bad variants built in tmp dirs, and one
 pair of real 2-rank local CPU runs (healthy + periodic straggler drill) produced once per session.
 
 The drill is issue 10's design: 2 ranks on this 2-core machine (each rank gets cores // ranks torch
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-TRACES = (REPO / ".." / "shared" / "traces").resolve()
+TRACES = REPO / "tests" / "data"  # real traces carried by the repository (tests/data/README.md)
 DLRM = TRACES / "param_dlrm_8x_v100"
 SAMPLED = TRACES / "hta_sampled_2of128"
 KINETO0 = TRACES / "kineto_resnet50_v100_workers0"
@@ -47,7 +47,7 @@ DRILL_ARGS = [
 
 def require(path: Path) -> Path:
     if not path.is_dir():
-        pytest.skip(f"{path} not found (shared/ traces must sit beside the repository)")
+        raise AssertionError(f"{path} not found: tests/data is part of the repository (git checkout tests/data)")
     return path
 
 

@@ -3,7 +3,7 @@
 HTA's `Trace.load_traces` on one file is the reference: same rows, index, columns, dtypes and
 values, with symbol ids decoded to names (HTA numbers symbols in hash order, which changes from one
 process to the next). The per-rank analyses' numbers are checked against `TraceAnalysis` in
-test_hta_equality.py; this test pins the frame they run on, for every shared real trace and for a
+test_hta_equality.py; this test pins the frame they run on, for every real trace set of tests/data and for a
 CPU trace of this machine's own runs (float timestamps: HTA's nanosecond rounding path).
 """
 
@@ -22,8 +22,7 @@ from .conftest import TRACES
 
 
 def _shared_trace_files():
-    if not TRACES.is_dir():
-        return []
+    """Every trace of the top-level trace sets of tests/data (HTA's own test traces have their own test)."""
     return sorted(p for p in TRACES.glob("*/*") if p.name.endswith((".json", ".json.gz")))
 
 

@@ -1,4 +1,4 @@
-"""HTA's own test traces (../shared/traces/hta_tests): every folder HTA itself can analyse is analysed
+"""HTA's own test traces (tests/data/hta_tests): every folder HTA itself can analyse is analysed
 here without a traceback and with the per-rank numbers equal to HTA's; on the folders HTA raises on
 we give a warning or a clear AnalysisError instead.
 
@@ -26,7 +26,9 @@ from hpcprof.analysis import AnalysisError, analyze, console_summary
 
 from .conftest import TRACES
 
-HTA_TESTS = TRACES / "hta_tests"
+HTA_TESTS = Path(os.environ.get("HPCPROF_HTA_TESTS_DIR") or TRACES / "hta_tests")
+"""HTA's test traces: the copy in tests/data (without its four largest folders, tests/data/README.md),
+or a full copy of HTA's tests/data/ named by HPCPROF_HTA_TESTS_DIR."""
 LARGE_BYTES = 1_000_000
 OUTPUT_DIR = "analysis"  # what `analyze` writes next to a trace folder when no --out is given
 
@@ -85,9 +87,10 @@ def hta_reference(folder: Path) -> dict:
     return ref
 
 
-@pytest.fixture(params=_folders() or [pytest.param(None, marks=pytest.mark.skip(reason=f"{HTA_TESTS} not found"))])
+@pytest.fixture(params=_folders() or [None])
 def case(request, tmp_path):
     rel = request.param
+    assert rel is not None, f"{HTA_TESTS}: no trace folders (tests/data is part of the repository)"
     folder = HTA_TESTS / rel
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     if size > LARGE_BYTES and not os.environ.get("HPCPROF_FULL_HTA_TESTS"):

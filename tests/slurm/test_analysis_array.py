@@ -22,7 +22,7 @@ from hpcprof.analysis import analyze
 from hpcprof.analysis.executors.slurm_array import SlurmOptions, array_resources, map_on_slurm
 
 REPO = Path(__file__).resolve().parents[2]
-DLRM = (REPO / ".." / "shared" / "traces" / "param_dlrm_8x_v100").resolve()
+DLRM = REPO / "tests" / "data" / "param_dlrm_8x_v100"
 
 # summary.json keys that must be equal whichever executor ran the map (paths and cache info differ)
 SAME_KEYS = ("world_size", "ranks_analyzed", "device", "warnings", "per_rank", "kernel_breakdown",
@@ -31,8 +31,7 @@ SAME_KEYS = ("world_size", "ranks_analyzed", "device", "warnings", "per_rank", "
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
-    if not DLRM.is_dir():
-        pytest.skip(f"{DLRM}: shared DLRM traces not found")
+    assert DLRM.is_dir(), f"{DLRM} not found: tests/data is part of the repository"
     d = tmp_path_factory.mktemp("dlrm") / "traces"
     d.mkdir()
     for f in sorted(DLRM.iterdir()):
