@@ -28,9 +28,9 @@ from ..rundir import RunDir
 from .decode.load import file_digest
 from .outputs.layout import AnalysisDir
 
-ANALYSIS_VERSION = 12  # 12: the merged timeline's piece of each rank (timeline.parquet, meta.json `timeline`); 11: a CPU collective counts as waited for when the main thread resumed within 10 ms of its end (was 2 ms); 10: CPU collectives carry `waited` (the main thread blocked in them); 9: device-stream activity without CUDA categories is device work (MTIA)
+ANALYSIS_VERSION = 13  # 13: communication kernels by what the trace says (ranks/comm_kernels.py: the host collective that launched them, known libraries), our kernel breakdown beside HTA's, collective metadata (comms id, message size); 12: the merged timeline's piece of each rank (timeline.parquet, meta.json `timeline`); 11: a CPU collective counts as waited for when the main thread resumed within 10 ms of its end (was 2 ms); 10: CPU collectives carry `waited` (the main thread blocked in them); 9: device-stream activity without CUDA categories is device work (MTIA)
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
-REDUCE_VERSION = 12  # 12: summary.json carries every rank's window excess (cause_excess_ms_per_step_by_rank); 11: a host that shares its clock with no other rank gets the quickest collectives as the systematic clock term; 10: the jitter term is the other ranks' typical cost; 9: CPU what-if chains on the collectives the main thread waited for; 8: what-if replay, throughput, run state, timeline, operator/launch views, rounding
+REDUCE_VERSION = 13  # 13: summary.json communication (ours beside HTA's, transfer and waiting in collectives), critical_path, collective_matching.keyed_by; advice from the replay's transfer/waiting split; 12: summary.json carries every rank's window excess (cause_excess_ms_per_step_by_rank); 11: a host that shares its clock with no other rank gets the quickest collectives as the systematic clock term; 10: the jitter term is the other ranks' typical cost; 9: CPU what-if chains on the collectives the main thread waited for; 8: what-if replay, throughput, run state, timeline, operator/launch views, rounding
 META = "meta.json"
 
 

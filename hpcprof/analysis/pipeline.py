@@ -22,6 +22,7 @@ from .executors.local import default_workers
 from .outputs.chart_plan import nothing_to_show
 from .outputs.charts import Charts, draw_charts
 from .outputs.console import console_summary
+from .outputs.critical_lane import critical_path_lane
 from .outputs.layout import AnalysisDir
 from .outputs.rounding import round_summary
 from .outputs.report import write_report
@@ -160,8 +161,9 @@ def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], 
         red = reduce_ranks(src, keep, manifest, warnings)
         views = rank_views(keep, red.idle, red.per_rank, red.recommendations)
         matching = red.whatif.matching if getattr(red, "whatif", None) is not None else None
+        lanes = [critical_path_lane(red.critical_path.links if red.critical_path is not None else None)]
         clocks, timeline = merged_timeline(out.root, keep, red.nodes, matching, warnings, timeline_steps, timeline_max_events,
-                                           progress=progress)
+                                           progress=progress, lanes=lanes)
         tables = {**output_tables(red), **views}
         omitted = nothing_to_show(red, views)
         plots = draw_charts(charts, red, out, views, omitted)

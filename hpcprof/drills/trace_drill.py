@@ -36,6 +36,8 @@ How the delay propagates (the model a real run follows, written as time shifts p
   order, launch-before-kernel and flow arrows stay valid. Host-side spans that contain a shift
   point (ProfilerStep, the waiting op) grow by it; device ops (kernels, memcpy, memset) keep their
   duration except the stretched kernels and the collectives.
+Collectives are the communication kernels as the analysis finds them (NCCL names, the host-side
+collective that launched a kernel, known communication libraries: hpcprof.analysis.ranks.comm_kernels).
 Collective instances are matched across ranks by kernel name and end time: mutual nearest ends
 within `tol_us` (default 1 ms; the matched ends in the shared sets agree within 0.4 ms, the next
 candidate is 13 ms or more away). A group holds at most one kernel per rank.
@@ -74,10 +76,25 @@ class RankTrace:
     path: Path
     rank: int
     doc: dict
+    _comm: set | None = None
 
     @property
     def events(self) -> list:
         return self.doc["traceEvents"]
+
+    def comm_ids(self) -> set[int]:
+        """id() of the rank's communication kernels, found as the analysis finds them
+        (hpcprof.analysis.ranks.comm_kernels: NCCL names, the host collective that launched a
+        kernel, known communication libraries), so that a drill on a job whose collectives are not
+        NCCL-named (symmetric memory, DeepEP) matches the collectives the analysis matches."""
+        if self._comm is None:
+            from ..analysis.ranks.comm_kernels import classify, frame_from_events
+
+            ev = self.events
+            device = np.array([_timed(e) and _is_device(e) for e in ev], dtype=bool)
+            found = classify(frame_from_events(ev), device).mask
+            self._comm = {id(ev[i]) for i in np.flatnonzero(found)}
+        return self._comm
 
 
 def _open(path: Path, mode: str):
@@ -121,10 +138,6 @@ def _timed(e: dict) -> bool:
 
 def _is_device(e: dict) -> bool:
     return str(e.get("cat", "")).lower() in DEVICE_CATS
-
-
-def _is_comm(e: dict) -> bool:
-    return str(e.get("cat", "")).lower() == "kernel" and "nccl" in str(e.get("name", "")).lower()
 
 
 def _end(e: dict) -> float:
@@ -206,7 +219,7 @@ def job_times(traces) -> dict:
 def match_collectives(ranks: dict[int, RankTrace], tol_us: float = DEFAULT_TOL_US) -> list[dict[int, dict]]:
     """Groups {rank: NCCL kernel event} of one collective instance: same kernel name, mutual nearest
     end times within tol_us, pairwise; a group that would hold two kernels of one rank is dropped."""
-    comm = {r: sorted((e for e in rt.events if _timed(e) and _is_comm(e)), key=_end) for r, rt in ranks.items()}
+    comm = {r: sorted((e for e in rt.events if _timed(e) and id(e) in rt.comm_ids()), key=_end) for r, rt in ranks.items()}
     parent: dict = {}
 
     def find(x):
@@ -326,7 +339,8 @@ def inject(src, out, rank: int, *, stall_ms: float | None = None, before_collect
         shifts[rank].add(float(target["ts"]), stall_ms * 1e3)
         info.update(drill="stall", stall_ms=stall_ms, before_collective=before_collective, collective=target["name"], at_us=target["ts"])
     else:
-        ks = [e for e in rt.events if _timed(e) and str(e.get("cat", "")).lower() == "kernel" and not _is_comm(e) and in_step.get(id(e)) == step]
+        ks = [e for e in rt.events if _timed(e) and str(e.get("cat", "")).lower() == "kernel" and id(e) not in rt.comm_ids()
+              and in_step.get(id(e)) == step]
         if not ks:
             raise DrillError(f"{rt.path}: no compute kernel launched in step {step} to stretch")
         nodes += [(float(e["ts"]), _end(e), 1, e) for e in ks]

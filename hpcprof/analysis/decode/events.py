@@ -45,6 +45,11 @@ OWN_ARGS = (
     ("seq_lower", "seq"),
     ("total_allocated", "Total Allocated"),
     ("device_type", "Device Type"),
+    # collective metadata (ranks/comm_kernels.py): on record_param_comms, and on kernels since PyTorch 2.2
+    ("coll_name", "Collective name"),
+    ("comms_id", "Comms Id"),
+    ("in_nelems", "In msg nelems"),
+    ("msg_dtype", "dtype"),
 )
 TOP_LEVEL = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "s")
 # top-level trace keys kept as metadata (everything Kineto writes besides traceEvents)

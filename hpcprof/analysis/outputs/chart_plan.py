@@ -46,4 +46,8 @@ def nothing_to_show(red, views: dict[str, pd.DataFrame]) -> dict[str, str]:
         why["launches"] = "CPU-only run: no kernel launches"
     elif launches is None or launches.empty or "launches" not in launches or launches["launches"].fillna(0).sum() == 0:
         why["launches"] = "no kernel launch could be matched to its GPU kernel (no correlation ids)"
+    cp = getattr(red, "critical_path", None)
+    if cp is None or cp.links.empty:
+        why["critical_path"] = ("one rank analysed; the cross-rank critical path needs two ranks or more" if n_ranks < 2
+                                else "no profiled step could be replayed (no collective matched across ranks)")
     return why

@@ -96,4 +96,6 @@ def draw_charts(charts: Charts, red: Reduced, out: AnalysisDir, views: dict, omi
         charts.draw("operators_chart", views["operators"], plots["operators"])
     if want("launches"):
         charts.draw("launch_chart", views["launch_summary"], nodes, plots["launches"])
+    if want("critical_path"):
+        charts.draw("critical_path_chart", red.critical_path.links, nodes, plots["critical_path"])
     return plots

@@ -12,14 +12,28 @@ def console_summary(summary: dict) -> str:
     if state.get("state") not in (None, "unknown"):
         lines.append(describe(state))  # first: a running, crashed or stopped job is not read as a finished one
     lines.append(f"hpcprof analysis of {summary['source']}: {len(summary['ranks_analyzed'])}/{summary['world_size']} ranks, device {summary['device']}{' (' + summary['device_name'] + ')' if summary.get('device_name') else ''}")
+    comm = summary.get("communication") or {}
+    ours = bool(comm.get("differs"))  # HTA's compute and overlap, and ours beside them where they differ
     hdr = f"{'rank':>4}  {'node':<14} {'step ms':>9} {'idle %':>7} {'comp %':>7} {'overlap %':>9}"
-    lines.append(hdr)
+    lines.append(hdr + (f" {'comp % ours':>11} {'overlap % ours':>14}   (comp/overlap: HTA's)" if ours else ""))
 
     def f(v, w, d=1):
         return f"{v:>{w}.{d}f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>{w}}"
 
     for r in summary["per_rank"]:
-        lines.append(f"{r['rank']:>4}  {str(r['node'] or 'unknown')[:14]:<14} {f(r['step_time_ms'], 9)} {f(r['idle_pct'], 7)} {f(r['compute_pct'], 7)} {f(r['comm_comp_overlap_pct'], 9)}")
+        line = f"{r['rank']:>4}  {str(r['node'] or 'unknown')[:14]:<14} {f(r['step_time_ms'], 9)} {f(r['idle_pct'], 7)} {f(r['compute_pct'], 7)} {f(r['comm_comp_overlap_pct'], 9)}"
+        if ours:
+            line += f" {f(r.get('compute_pct_hpcprof'), 11)} {f(r.get('comm_comp_overlap_pct_hpcprof'), 14)}"
+        lines.append(line)
+    ca = summary.get("clock_alignment") or {}
+    if ca.get("note"):
+        lines.append(f"clocks: {ca['note']}")
+    lines += communication_lines(comm, summary["device"])
+    cp = summary.get("critical_path")
+    if cp and cp.get("by_rank_ms_per_step"):
+        ranks = ", ".join(f"rank {r} {v:.2f} ms" for r, v in list(cp["by_rank_ms_per_step"].items())[:3])
+        cats = ", ".join(f"{k.replace('_', ' ')} {v:.2f} ms" for k, v in list(cp.get("by_category_ms_per_step", {}).items())[:3])
+        lines.append(f"critical path across ranks: {cp['total_ms_per_step']:.2f} ms per step: {ranks}; {cats}")
     line = throughput_line(summary.get("throughput"))
     idle = [r["idle_pct"] for r in summary["per_rank"] if isinstance(r.get("idle_pct"), (int, float))]
     if idle and summary["device"] != "cpu":  # as the tutorials show it: utilisation next to throughput
@@ -49,6 +63,19 @@ def console_summary(summary: dict) -> str:
                      f"report {c.get('report')}")
     lines.append(f"report: {summary['outputs']['report']}")
     return "\n".join(lines)
+
+
+def communication_lines(comm: dict, device: str) -> list[str]:
+    """Our communication share beside HTA's (with the reason where they differ) and the transfer /
+    waiting split of the time in collectives (summary.json `communication`)."""
+    if device == "cpu" or comm.get("share_pct") is None:
+        return []
+    line = f"communication: {comm['share_pct']:.1f}% of GPU kernel time"
+    if comm.get("differs"):
+        line += f" (HTA's kernel-name rule: {comm.get('hta_share_pct') or 0.0:.1f}%)"
+    if comm.get("wait_share") is not None:
+        line += f"; in the matched collectives {100 * comm['wait_share']:.0f}% waiting for the last arrival, {100 * (comm.get('transfer_share') or 0):.0f}% transfer"
+    return [line] + [f"  {x['note']}" for x in (comm.get("reclassified") or [])[:3]] if comm.get("differs") else [line]
 
 
 def throughput_line(tp: dict | None) -> str:

@@ -25,6 +25,7 @@ PLOT_FILES = {
     "kernel_types": "kernel_types.png",
     "operators": "operators.png",
     "launches": "launches.png",
+    "critical_path": "critical_path.png",
 }
 """Chart key (summary.json outputs.plots) -> file name under plots/."""
 

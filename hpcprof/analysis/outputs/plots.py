@@ -235,3 +235,53 @@ def launch_chart(summary: pd.DataFrame, nodes: dict, path: Path) -> None:
     ax.margins(y=0.15)
     _legend_right(ax)
     _save(fig, path)
+
+
+# what a link of the critical path spent its time on (reduce/critical_path.PATH_CATEGORIES)
+PATH_COLOURS = {
+    "start_skew": "#bdbdbd", "data_loading": "#ff7f0e", "host_gap": "#e7ba52", "cpu_work": "#9467bd",
+    "gpu_compute": "#1f77b4", "memcpy": "#17becf", "comm": "#f4a6a6", "transfer": "#d62728", "uncategorised": "#e0e0e0",
+}
+PATH_MAX_STEPS = 12
+
+
+def critical_path_chart(links: pd.DataFrame, nodes: dict, path: Path) -> None:
+    """Left: each profiled step's critical path as a chain of bars along the step (ms from its
+    earliest rank start), coloured by what the link spent most of its time on and labelled with
+    its rank where it is wide enough. Right: time on the path per rank (ms per step), by category;
+    the transfers belong to no rank. `links`: tables/critical_path (reduce/critical_path)."""
+    cats = [c for c in PATH_COLOURS if f"{c}_ms" in links]
+    steps = sorted(links["step"].unique())[:PATH_MAX_STEPS]
+    fig, axes = plt.subplots(1, 2, figsize=(15, max(3.2, 0.55 * len(steps) + 2.2)),
+                             gridspec_kw={"width_ratios": [2.2, 1.0], "wspace": 0.35})
+    ax = axes[0]
+    for y, step in enumerate(steps):
+        mine = links[links["step"] == step]
+        total = float(mine["dur_ms"].sum()) or 1.0
+        for row in mine.itertuples(index=False):
+            parts = {c: float(getattr(row, f"{c}_ms")) for c in cats}
+            main = max(parts, key=parts.get) if parts else "uncategorised"
+            ax.barh(y, row.dur_ms, left=row.start_ms, color=PATH_COLOURS[main], edgecolor="white", linewidth=0.5, height=0.7)
+            if not pd.isna(row.rank) and row.dur_ms > 0.06 * total:
+                ax.text(row.start_ms + row.dur_ms / 2, y, f"r{int(row.rank)}", ha="center", va="center", fontsize=7, color="black")
+    ax.set_yticks(range(len(steps)), [f"step {s}" for s in steps], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the step's earliest rank start")
+    ax.set_title("Critical path per profiled step (rank of each link)")
+    ax = axes[1]
+    sub = links[links["step"].isin(steps) & links["rank"].notna()]
+    per = sub.groupby("rank")[[f"{c}_ms" for c in cats]].sum() / max(1, len(steps))
+    per = per.loc[per.sum(axis=1).sort_values(ascending=False).index]
+    x = np.arange(len(per))
+    bottom = np.zeros(len(per))
+    for c in cats:
+        v = per[f"{c}_ms"].to_numpy(float)
+        if v.any():
+            ax.bar(x, v, bottom=bottom, color=PATH_COLOURS[c])
+            bottom += v
+    ax.set_xticks(x, _labels([int(r) for r in per.index], nodes), fontsize=8)
+    ax.set_ylabel("ms per profiled step on the path")
+    transfer = float(links.loc[links["step"].isin(steps), "transfer_ms"].sum()) / max(1, len(steps)) if "transfer_ms" in links else 0.0
+    ax.set_title(f"Time on the path per rank (transfers: {transfer:.2f} ms/step)")
+    _legend_right(ax, handles=[Patch(color=PATH_COLOURS[c], label=c.replace("_", " ")) for c in PATH_COLOURS])
+    _save(fig, path)

@@ -20,6 +20,7 @@ import pandas as pd
 from ..reduce.whatif import NO_STRAGGLER_TEXT
 from .htmlparts import esc, group_warnings, num, table
 from .layout import REPORT_FILE
+from .report_sections import communication_section, critical_path_section, critical_path_verdict
 
 CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.5em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
@@ -38,6 +39,8 @@ SECTIONS = (
     ("stragglers", "Stragglers"),
     ("throughput", "Throughput and step time"),
     ("recommendations", "Recommendations"),
+    ("critical-path", "Critical path across ranks"),
+    ("communication", "Communication: transfer and waiting"),
     ("timeline", "Merged timeline and clock alignment"),
     ("per-rank", "Per rank"),
     ("gpu", "GPU time and kernels"),
@@ -189,6 +192,9 @@ def _verdict(s: dict, colls) -> str:
                      + (f"; median step {num(step_ms)} ms" if step_ms else "") + ".</li>")
     elif step_ms:
         items.append(f"<li><b>Step time</b>: {num(step_ms)} ms (median over ranks; no samples/s: no step records with a batch size).</li>")
+    cp = critical_path_verdict(s)
+    if cp:
+        items.append(cp)
     recs = (s.get("recommendations") or [])[:3]
     if recs:
         items.append("<li><b>Most valuable changes</b>:<ol>" + "".join(f"<li>{esc(r['title'])}</li>" for r in recs) + "</ol></li>")
@@ -292,6 +298,8 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     section("throughput", body)
     if recs:
         section("recommendations", "<ol>" + "".join(f"<li><b>{esc(r['title'])}</b><br>evidence: {esc(r.get('evidence'))}</li>" for r in recs) + "</ol>")
+    section("critical-path", critical_path_section(s, tables, _chart("critical_path", "Critical path across ranks", plots, omitted)))
+    section("communication", communication_section(s, tables))
     # timeline and clocks
     tl, ca = s.get("timeline") or {}, s.get("clock_alignment") or {}
     body = ""
@@ -303,8 +311,13 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     elif tl.get("error"):
         body += f"<p class='warn'>No merged timeline: {esc(tl['error'])}</p>"
     if ca.get("hosts"):
-        body += f"<p>{esc(ca.get('method'))}; reference host {esc(ca.get('reference_host'))}.</p>"
-        body += table(pd.DataFrame(ca["hosts"]).rename(columns={"offset_ms": "clock_offset_ms", "collectives": "collectives_used"}))
+        ref = ca.get("reference_host") or "unknown"
+        body += f"<p>Clock alignment: {esc(ca.get('method'))}; reference host {esc(ref)}.</p>"
+        if ca.get("note"):
+            body += f"<p class='warn'>{esc(ca['note'])}.</p>"
+        hosts = pd.DataFrame(ca["hosts"]).rename(columns={"offset_ms": "clock_offset_ms", "collectives": "collectives_used"})
+        hosts["host"] = hosts["host"].map(lambda h: h if h else "unknown (not recorded)")
+        body += table(hosts)
     section("timeline", body or "<p class='none'>(no merged timeline)</p>")
     section("per-rank", table(tables.get("per_rank"), columns=[c for c in (tables.get("per_rank") if tables.get("per_rank") is not None else pd.DataFrame()).columns if not c.endswith("_us")])
             + _chart("idle", "Time breakdown per rank", plots, omitted))

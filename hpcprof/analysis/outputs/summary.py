@@ -18,7 +18,9 @@ from ..reduce.crossrank import Reduced
 from .layout import AnalysisDir
 
 PER_RANK_FIELDS = ("rank", "node", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_comp_overlap_pct",
-                   "trace_step_time_ms", "host_data_loading_pct", "host_gap_pct", "whatif_cost_ms_per_step", "file")
+                   "trace_step_time_ms", "host_data_loading_pct", "host_gap_pct", "whatif_cost_ms_per_step", "file",
+                   "compute_pct_hpcprof", "non_compute_pct_hpcprof", "comm_comp_overlap_pct_hpcprof", "comm_kernel_pct_hta",
+                   "comm_kernel_pct", "comm_wait_ms_per_step", "comm_transfer_ms_per_step")
 """The per_rank table's columns that summary.json repeats (the table has more)."""
 
 
@@ -59,6 +61,8 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         else None,
         "stragglers": red.stragglers,
         **_whatif_fields(red),
+        "communication": red.communication,
+        "critical_path": red.critical_path.summary() if red.critical_path is not None else None,
         "recommendations": [{"title": r["title"], "evidence": r["evidence"], "score": r["score"]} for r in red.recommendations],
         "step_time": red.steps.spread,
         "throughput": red.throughput,
@@ -90,7 +94,7 @@ def _whatif_fields(red: Reduced) -> dict[str, Any]:
         "replay_error_pct": None if wi.replay_error_pct is None else round(wi.replay_error_pct, 4),
         "replay_error_pct_per_step": per_step,
         "collective_matching": {"instances": m.n_instances, "rematched_by_end_time": m.n_rematched, "dropped": m.n_dropped,
-                                "tolerance_ms": round(m.tol_us / 1e3, 4)},
+                                "tolerance_ms": round(m.tol_us / 1e3, 4), "keyed_by": dict(m.keyed_by)},
         "cause_excess_ms_per_step_by_rank": {str(r): e for r, e in wi.excess_ms_per_step.items()},
     }
 

@@ -25,6 +25,7 @@ def output_tables(red: Reduced) -> dict[str, pd.DataFrame]:
         "collectives": red.collectives,
         "waits_per_step": red.waits_per_step,
         "whatif_steps": red.whatif.steps if red.whatif is not None else pd.DataFrame(),
+        "critical_path": red.critical_path.links if red.critical_path is not None else pd.DataFrame(),
     }
     if not red.steps.records.empty:
         tables["steps_all"] = red.steps.records

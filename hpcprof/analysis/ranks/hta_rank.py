@@ -56,12 +56,19 @@ def load_hta_trace(trace_path: str, rank: int, table: pd.DataFrame | list | None
     return t, "hta"
 
 
-def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | list | None = None, meta: dict | None = None) -> dict[str, Any]:
+def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | list | None = None, meta: dict | None = None,
+                 extra_comm: frozenset = frozenset()) -> dict[str, Any]:
     """Run HTA's temporal, idle-time, overlap and kernel breakdowns on one rank.
 
     Returns a dict of small DataFrames / floats, and "loader" (see load_hta_trace). Raises on a
     trace HTA cannot handle; the caller turns that into a warning. On the fast path the GPU events
     are classified once (`classified_analyses`); otherwise HTA's public analyzer methods run.
+
+    `extra_comm`: correlation ids of the kernels that are communication by what the trace says but
+    not by HTA's name rule (ranks/comm_kernels.py). HTA's numbers stay HTA's; where there are such
+    kernels, "ours" holds the same temporal breakdown, overlap and kernel-type times with them
+    classified as COMMUNICATION (the same computation, `classified_analyses`, on our classes), and
+    kernels_all gets our class per kernel name in `kernel_type_hpcprof`.
     """
     t, loader = load_hta_trace(trace_path, rank, table, meta)
     gpu = gpu_events(t, rank)
@@ -69,6 +76,15 @@ def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | list | None =
     out.update(classified_analyses(t, rank, gpu) if loader == "fast" else hta_analyses(t, rank))
     out["kernels_all"] = _all_kernels(gpu, rank)
     out["launch_stats"] = launch_stats(t, rank)  # HTA's own kernel-launch statistics (ranks/operators.py)
+    ours = gpu
+    if extra_comm:
+        from hta.utils.utils import KernelType
+
+        ours = gpu.copy()
+        ours.loc[ours["correlation"].isin(extra_comm), "kernel_type"] = KernelType.COMMUNICATION.name
+        out["ours"] = classified_analyses(t, rank, ours, idle=False)
+    by_name = ours.groupby("kernel_name")["kernel_type"].agg(lambda s: s.mode().iloc[0])
+    out["kernels_all"]["kernel_type_hpcprof"] = out["kernels_all"]["name"].map(by_name)
     return out
 
 
@@ -119,7 +135,7 @@ def _idle(t, rank: int) -> pd.DataFrame:
     return idle.reset_index(drop=True)
 
 
-def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None) -> dict[str, Any]:
+def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: bool = True) -> dict[str, Any]:
     """The same four results as `hta_analyses`, with every GPU event classified ONCE.
 
     HTA's temporal breakdown, overlap and kernel breakdown each classify every GPU event again with
@@ -134,7 +150,8 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None) -> dict[s
       over the merged COMMUNICATION time (NaN without communication), in % rounded to 2 decimals;
     - kernel breakdown: time per kernel type (COMPUTATION, COMMUNICATION, MEMORY and their
       overlaps), and per type the top kernels by total duration (DURATION_RATIO, TOP_KERNELS).
-    The idle-time breakdown does not classify kernels and is HTA's own call. Equality with
+    The idle-time breakdown does not classify kernels and is HTA's own call (`idle=False`: left out).
+    `gpu` may carry other kernel types than HTA's (run_hta_rank's "ours"). Equality with
     `hta_analyses` is tested on every shared trace (tests/analysis/test_fast_loader.py).
     """
     from hta.analyzers.breakdown_analysis import BreakdownAnalysis
@@ -185,7 +202,7 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None) -> dict[s
     return {
         "temporal": temporal,
         "overlap_pct": overlap_pct,
-        "idle": _idle(t, rank),
+        "idle": _idle(t, rank) if idle else None,
         "kernel_type": ktime[["kernel_type", "sum"]],
         "kernels_top": kernels_top,
     }

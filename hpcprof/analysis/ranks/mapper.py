@@ -27,7 +27,8 @@ from .result import RankResult
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
 from .timeline_piece import PIECE, timeline_piece
 
-TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernels_top", "kernels_all", "operators", "launch_stats", PIECE)
+TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernel_type_hpcprof", "kernels_top", "kernels_all", "operators",
+          "launch_stats", PIECE)
 
 
 def analyze_rank(
@@ -134,17 +135,24 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
 
             box = [table]  # HTA's frame consumes the event table (the last step that reads it)
             del table
-            h = run_hta_rank(str(trace_path), tm.rank, box, meta_keys)
+            h = run_hta_rank(str(trace_path), tm.rank, box, meta_keys, tl.comm_extra_corr)
             loader = h["loader"]
             row = h["temporal"].iloc[0].to_dict()
             gpu["temporal"] = {k: (None if isinstance(v, float) and math.isnan(v) else float(v)) for k, v in row.items() if k != "rank"}
             gpu["overlap_pct"] = h["overlap_pct"]
-            if h["overlap_pct"] is None:
+            if h["overlap_pct"] is None and h.get("ours") is None:
                 warnings.append(f"{name} (rank {tm.rank}): no communication kernels, so comm/comp overlap is null")
             for key in ("idle", "kernel_type", "kernels_top", "kernels_all", "launch_stats"):
                 df = h[key].copy()
                 df["rank"] = tm.rank
                 df.to_parquet(out / f"{key}.parquet", index=False)
+            # our classes beside HTA's: communication by what the trace says (ranks/comm_kernels.py)
+            ours = h.get("ours")
+            if ours is not None:
+                row = ours["temporal"].iloc[0].to_dict()
+                gpu["hpcprof_temporal"] = {k: (None if isinstance(v, float) and math.isnan(v) else float(v)) for k, v in row.items() if k != "rank"}
+                gpu["hpcprof_overlap_pct"] = ours["overlap_pct"]
+                ours["kernel_type"].assign(rank=tm.rank).to_parquet(out / "kernel_type_hpcprof.parquet", index=False)
         except Exception as exc:  # HTA rejects odd traces in many ways; report, keep the host-side analysis
             warnings.append(f"{name} (rank {tm.rank}): HTA could not analyse this trace ({type(exc).__name__}: {exc}); GPU fields are null")
 
@@ -169,6 +177,8 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         "n_events": n_events,
         "hta_loader": loader,
         "timeline": piece_info,
+        "comm_reclassified": [{k: (float(v) if k == "time_us" else int(v) if k == "count" else v) for k, v in r.items()}
+                              for r in tl.comm_reclassified],
         "warnings": warnings,
         **gpu,
     }
@@ -228,12 +238,19 @@ def _cum_columns(df: pd.DataFrame, clock, at: dict) -> None:
 
 
 def _collectives_table(tl: RankTimeline) -> pd.DataFrame:
-    cols = ["group", "kind", "name", "seq", "step", "idx", "arrival_us", "end_us", "launch_us", "window_start_us", "source", "waited"]
+    cols = ["group", "kind", "name", "seq", "comms_id", "msg_bytes", "comm_reason", "step", "idx", "arrival_us", "end_us", "launch_us",
+            "window_start_us", "source", "waited"]
     cats = [f"win_{c}_ms" for c in CATEGORIES]
+    text = ("group", "kind", "name", "source", "comms_id", "comm_reason")
     if not tl.collectives:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("group", "kind", "name", "source") else "bool" if c == "waited" else "float") for c in cols + cats})
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in text else "bool" if c == "waited" else "float") for c in cols + cats})
     df = pd.DataFrame(tl.collectives).sort_values("arrival_us", kind="stable").reset_index(drop=True)
+    for c in ("comms_id", "msg_bytes", "comm_reason"):
+        if c not in df:
+            df[c] = None
     df["seq"] = pd.to_numeric(df["seq"], errors="coerce")
+    df["msg_bytes"] = pd.to_numeric(df["msg_bytes"], errors="coerce")
+    df["comms_id"] = df["comms_id"].map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
     if tl.steps:
         s_start = np.array([s[1] for s in tl.steps])
         s_end = np.array([s[2] for s in tl.steps])

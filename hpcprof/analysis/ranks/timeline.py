@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 
 from .categories import STEP_CATEGORIES, CategoryClock
+from .comm_kernels import NCCL_RE, classify, short_kernel_name
 
 from ...rundir.records import REGION_DATA
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 DATA_RE = re.compile(rf"(^{re.escape(REGION_DATA)}$)|DataLoader|dataloader")
 """Data loading: hpcprof's own data region (hpcprof.rundir.records), or a DataLoader's events."""
-NCCL_RE = re.compile(r"^nccl.*Kernel")  # same rule as HTA: ncclKernel_* and ncclDevKernel_*
 MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 HOST_CATS = {"cpu_op", "user_annotation", "python_function", "Operator", "cpu_instant_event"}
@@ -106,6 +106,10 @@ class RankTimeline:
     device_launch: np.ndarray = field(default_factory=lambda: np.empty(0))  # host launch time of each device op (NaN: unknown)
     device_end: np.ndarray = field(default_factory=lambda: np.empty(0))  # its end
     comm_host: "Intervals | None" = None  # CPU ranks: gloo ops in flight (any thread)
+    comm_reclassified: list = field(default_factory=list)
+    """Communication kernels HTA does not count as such (ranks/comm_kernels.py), by name and reason."""
+    comm_extra_corr: frozenset = frozenset()
+    """Their correlation ids: the kernels whose HTA kernel type our breakdown changes to COMMUNICATION."""
 
     def category_clock(self) -> CategoryClock:
         """The partition of this rank's time into CAUSE_CATEGORIES (see CategoryClock)."""
@@ -243,19 +247,32 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     data = main & _matches(name, DATA_RE.search)
     host_data = Intervals(ts[data], end[data])
 
-    comm = is_gpu & _matches(name, NCCL_RE.match)
+    # communication kernels by what the trace says (ranks/comm_kernels.py): HTA's name rule, the
+    # host-side collective that launched a kernel, known communication libraries
+    ck = classify(ev, is_gpu)
+    comm = is_gpu & ck.mask
     memory = is_gpu & ~comm & (_matches(name, MEMORY_RE.match) | cat.isin(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"]).to_numpy())
     comp = is_gpu & ~comm & ~memory
 
     def group(i: int, fallback: str) -> str:
         pg = ev["pg_name"].iat[i]
-        if pg is not None:
+        if pg is None:
+            pg = ck.group[i]  # the process group of the collective that launched it
+        if pg is not None and not (isinstance(pg, float) and np.isnan(pg)):
             return str(pg)
         return str(fallback)
 
     def seq(i: int):
         v = ev["seq_upper"].iat[i]
-        return v if v is not None else ev["seq_lower"].iat[i]
+        v = v if v is not None else ev["seq_lower"].iat[i]
+        return v if v is not None else (None if np.isnan(ck.seq[i]) else ck.seq[i])
+
+    def comm_kind(i: int) -> str:
+        """NCCL kernels: the function in their name (as before); other communication kernels: the
+        collective that launched them (Collective name, nccl:<op>, c10d::<op>), else their name."""
+        if ck.hta_comm[i] or not isinstance(ck.kind[i], str):
+            return _coll_kind_from_kernel(names[i]) if ck.hta_comm[i] else short_kernel_name(names[i])
+        return ck.kind[i]
 
     # host launch time of each device op, by correlation id (cudaLaunchKernel & co. carry the same id)
     corr = _numeric(col("correlation", pd.Series([np.nan] * n)))
@@ -272,10 +289,13 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     for i in np.flatnonzero(comm):
         collectives.append(
             {
-                "kind": _coll_kind_from_kernel(names[i]),
+                "kind": comm_kind(i),
                 "name": names[i],
                 "group": group(i, stream[i] if ev["has_args"].iat[i] else "default"),
                 "seq": seq(i),
+                "comms_id": ck.comms_id[i],
+                "msg_bytes": float(ck.msg_bytes[i]),
+                "comm_reason": ck.reason[i],
                 "arrival_us": float(ts[i]),
                 "end_us": float(end[i]),
                 "launch_us": launch_by_row.get(int(i), np.nan),
@@ -322,4 +342,6 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
         device_launch=dev_launch,
         device_end=end[gpu_idx].astype(float),
         comm_host=Intervals(ts[is_gloo], end[is_gloo]) if not is_gpu.any() else None,
+        comm_reclassified=ck.reclassified(names, dur),
+        comm_extra_corr=frozenset(corr[comm & ~ck.hta_comm & np.isfinite(corr)].tolist()),
     )

@@ -112,11 +112,37 @@ class ClockAlignment:
             )
         return out
 
+    def unknown_host_ranks(self) -> list[int]:
+        """Ranks whose host is not known (no manifest and no host name in the trace)."""
+        return sorted(int(r) for r, h in self.rank_host.items() if h is None)
+
+    def note(self) -> str:
+        """What unknown hosts mean for the alignment, in words ("" when every host is known)."""
+        unknown = self.unknown_host_ranks()
+        if not unknown:
+            return ""
+        ranks = _ranks_text(unknown)
+        if len(unknown) < len(self.rank_host):
+            return (f"host unknown for {ranks} (not in the manifest, and their traces record no host name): they are "
+                    "taken to share one clock, aligned as one more host")
+        if len(unknown) == 1:
+            return "host unknown (no manifest, and the trace records no host name): one rank, one clock"
+        spread = self.systematic_us / 1e3
+        fits = ("consistent with one clock" if self.systematic_us <= self.bound_us else
+                f"more than the {self.bound_us / 1e3:.3f} ms bound: the ranks may run on machines whose clocks differ, and "
+                "arrival times, waits and straggler costs may be off by that much")
+        return (f"hosts unknown for {ranks} (a folder of traces without a manifest, and the traces record no host name): every "
+                f"rank is taken to share one clock and no offset is corrected; the matched collectives end within {spread:.3f} ms "
+                f"of each other on all ranks ({fits}); analyse the run directory written by hpcprof.submit (its manifest "
+                "names each rank's node) to align the clocks per host")
+
     def to_dict(self) -> dict:
         """For summary.json (`clock_alignment`) and the timeline's metadata; times in ms."""
         return {
             "method": self.method,
             "reference_host": self.reference_host,
+            "unknown_host_ranks": self.unknown_host_ranks(),
+            "note": self.note(),
             "bound_ms": self.bound_us / 1e3,
             "systematic_ms": round(self.systematic_us / 1e3, 6),
             "hosts": [
@@ -133,6 +159,15 @@ class ClockAlignment:
                 for h in self.hosts.values()
             ],
         }
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """"ranks 0-7", "ranks 0, 2, 5", "rank 3"."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks))
 
 
 def _robust_sigma(x: np.ndarray) -> float:
@@ -242,7 +277,8 @@ def estimate_clocks(colls: pd.DataFrame, hosts: dict, bound_us: float = BOUND_US
         # scattered end times do not make a causally bounded offset uncertain
         suspect = n < MIN_COLLECTIVES or unc > bound_us or (share > MAX_OUTLIER_SHARE and not bounded)
         out[h] = HostClock(h, tuple(members), off, unc, n, sigma, float(np.max(np.abs(res))), share, suspect)
-    method = ("one host: one clock, no correction" if len(by_host) == 1 else
+    method = ("hosts unknown: one clock assumed, no correction" if len(by_host) == 1 and ref is None else
+              "one host: one clock, no correction" if len(by_host) == 1 else
               "per host: median over collectives of the difference in end times to the reference host")
     return ClockAlignment(reference_host=ref, hosts=out, rank_host=rank_host, systematic_us=systematic,
                           bound_us=bound_us, method=method)

@@ -16,6 +16,8 @@ from ...rundir import RunDir
 from ...rundir.state import run_state
 from ..ranks.result import RankResult
 from . import whatif
+from .communication import comm_share_pct, communication, ours_kernel_types
+from .critical_path import CriticalPath, critical_paths
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
@@ -57,6 +59,11 @@ class Reduced:
     """summary.json `throughput` (reduce.throughput): samples/s over steady-state steps; None without step records."""
     throughput_steps: pd.DataFrame | None = None
     """Every step record with its phase and samples/s (tables/throughput_steps)."""
+    communication: dict | None = None
+    """summary.json `communication` (reduce.communication): HTA's and our communication share, the
+    kernels we count that HTA does not, transfer and waiting in the collectives."""
+    critical_path: CriticalPath | None = None
+    """The cross-rank critical path of each profiled step (reduce.critical_path)."""
 
 
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
@@ -82,6 +89,7 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     colls = rank_table(keep, "collectives")
     idle = rank_table(keep, "idle")
     ktype = rank_table(keep, "kernel_type")
+    ktype_ours = rank_table(keep, "kernel_type_hpcprof")
     ktop = rank_table(keep, "kernels_top")
     kall = rank_table(keep, "kernels_all")
     state = run_state(src)
@@ -116,10 +124,14 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
         )
     cost = wi.per_rank[["rank", "whatif_cost_ms_per_step"]] if not wi.per_rank.empty else None
     per_rank = per_rank.merge(cost, on="rank", how="left") if cost is not None else per_rank.assign(whatif_cost_ms_per_step=float("nan"))
+    per_rank = _add_comm_columns(per_rank, ktype, ktype_ours, wi, device)
     per_step = wi.costs.rename(columns={"cost_ms": "whatif_cost_ms", "above": "above_threshold"})
     offsets = wi.matching.offsets if wi.matching is not None else {}
+    comm = communication(metas, ktype, ktype_ours, wi, device)
+    crit = critical_paths(wi.graphs, wi.matching.df if wi.matching is not None else None, steps_trace)
 
-    recs = recommendations(per_rank, steps_trace, steps.records, kall, kb, strag, metas, device, steps.spread, idle=idle)
+    recs = recommendations(per_rank, steps_trace, steps.records, kall, kb, strag, metas, device, steps.spread, idle=idle,
+                           comm=comm, critical=crit.summary())
     if state.state == "failed" and steps_trace.empty:
         recs = []  # nothing but a cut-off step to derive them from (warned above)
     return Reduced(
@@ -127,8 +139,30 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
         kernel_breakdown=kb, kernels_top=ktop, kernels_all=kall, kernels_across_ranks=kx, idle=idle,
         collectives=wi.collectives, waits_per_step=per_step, stragglers=strag, clock_offsets_us=offsets, recommendations=recs,
         whatif=wi,
-        throughput=tp, throughput_steps=tp_steps,
+        throughput=tp, throughput_steps=tp_steps, communication=comm, critical_path=crit,
     )
+
+
+def _add_comm_columns(per_rank: pd.DataFrame, ktype: pd.DataFrame, ktype_ours: pd.DataFrame, wi, device: str) -> pd.DataFrame:
+    """Per rank: the communication share of its GPU kernel time by HTA's rule and by ours, and its
+    time in the matched collectives split into waiting for the last arrival and transfer."""
+    out = per_rank.copy()
+    ours = ours_kernel_types(ktype, ktype_ours)
+    for col, kt in (("comm_kernel_pct_hta", ktype), ("comm_kernel_pct", ours)):
+        if device == "cpu" or kt is None or kt.empty:
+            out[col] = float("nan")
+            continue
+        share = {int(r): comm_share_pct(g) for r, g in kt.groupby("rank")}
+        out[col] = out["rank"].map(share).astype(float)
+    cols = ["rank", "wait_ms_per_step", "transfer_ms_per_step", "in_collectives_ms_per_step"]
+    if wi.per_rank is not None and not wi.per_rank.empty and set(cols) <= set(wi.per_rank.columns):
+        split = wi.per_rank[cols].rename(columns={"wait_ms_per_step": "comm_wait_ms_per_step",
+                                                  "transfer_ms_per_step": "comm_transfer_ms_per_step",
+                                                  "in_collectives_ms_per_step": "in_collectives_ms_per_step"})
+        out = out.merge(split, on="rank", how="left")
+    else:
+        out = out.assign(comm_wait_ms_per_step=float("nan"), comm_transfer_ms_per_step=float("nan"), in_collectives_ms_per_step=float("nan"))
+    return out
 
 
 def _profiler_warmup(manifest: dict) -> int:

@@ -29,22 +29,34 @@ TOL_JUMP = 10.0  # wrong pairings end 40x and more further apart than the true o
 TOL_FACTOR = 4.0  # true NCCL send/recv ends spread up to 3x their median on hta_sampled_2of128
 
 
+KEYED_BY = ("comms_id", "seq", "order")
+"""How instances are keyed across ranks, strongest first (Matching.keyed_by counts each)."""
+
+
 def key_collectives(colls: pd.DataFrame) -> pd.DataFrame:
-    """Give every collective a cross-rank key: (group, seq) when every instance carries a sequence
-    number, else (group, step, kind, n-th of that kind in the step)."""
+    """Give every collective a cross-rank key, strongest evidence first: the `Comms Id` Kineto
+    writes per collective (the same on every rank of it) when every instance carries one; else
+    (group, `Seq`: the process group's sequence number) when every instance carries a sequence
+    number; else (group, step, kind, n-th of that kind in the step). Column `keyed_by` says which."""
     df = colls.copy()
     if df.empty:
-        return df.assign(key=pd.Series(dtype=str))
+        return df.assign(key=pd.Series(dtype=str), keyed_by=pd.Series(dtype=str))
     # stream ids / group names must agree across ranks to be used as the group
     groups_per_rank = df.groupby("rank")["group"].apply(frozenset)
     if len(set(groups_per_rank)) > 1:
         df["group"] = "default"
         df["idx"] = df.sort_values("arrival_us").groupby(["rank", "group", "step", "kind"]).cumcount()
-    if df["seq"].notna().all():
+    cid = df["comms_id"] if "comms_id" in df else pd.Series(None, index=df.index, dtype=object)
+    if cid.notna().all():
+        df["key"] = "cid|" + cid.astype(str)
+        df["keyed_by"] = "comms_id"
+    elif df["seq"].notna().all():
         df["key"] = df["group"].astype(str) + "|seq" + df["seq"].astype("int64").astype(str)
+        df["keyed_by"] = "seq"
     else:
         df["key"] = (df["group"].astype(str) + "|" + df["step"].astype("int64").astype(str) + "|"
                      + df["kind"].astype(str) + "|" + df["idx"].astype("int64").astype(str))
+        df["keyed_by"] = "order"
     return df
 
 
@@ -144,6 +156,8 @@ class Matching:
     n_rematched: int
     n_dropped: int
     warnings: list = field(default_factory=list)
+    keyed_by: dict = field(default_factory=dict)
+    """Instances keyed by each rule of KEYED_BY (key_collectives), re-paired ones under "end_time"."""
 
 
 def match_collectives(colls: pd.DataFrame, hosts: dict) -> Matching:
@@ -174,4 +188,7 @@ def match_collectives(colls: pd.DataFrame, hosts: dict) -> Matching:
             "never as waiting"
         )
     out = pd.concat([kept, again]) if len(again) else kept
-    return Matching(out, offsets, clocks, tol, len(df), len(again), n_dropped, warnings)
+    keyed = {k: int(v) for k, v in kept["keyed_by"].value_counts().items()} if len(kept) else {}
+    if len(again):
+        keyed["end_time"] = len(again)
+    return Matching(out, offsets, clocks, tol, len(df), len(again), n_dropped, warnings, keyed)

@@ -26,10 +26,14 @@ def job_device(metas: dict[int, dict]) -> str:
 
 def per_rank_table(metas: dict[int, dict], nodes: dict, steps_trace: pd.DataFrame, step_stats: pd.DataFrame) -> pd.DataFrame:
     """Step time (step records, else the trace's ProfilerSteps), HTA's temporal breakdown and
-    overlap, and the host-side shares of the profiled steps, per rank."""
+    overlap, the same with our communication kernels (`*_hpcprof`: equal to HTA's where every
+    communication kernel is NCCL-named), and the host-side shares of the profiled steps, per rank."""
     rows = []
     for r, m in metas.items():
         t = m.get("temporal") or {}
+        # ours: communication by what the trace says (ranks/comm_kernels.py); HTA's where they agree
+        ours = m.get("hpcprof_temporal") or t
+        ours_overlap = m.get("hpcprof_overlap_pct") if m.get("hpcprof_temporal") else m.get("overlap_pct")
         st = steps_trace[steps_trace["rank"] == r] if not steps_trace.empty else pd.DataFrame()
         js = step_stats[step_stats["rank"] == r] if not step_stats.empty else pd.DataFrame()
         step_time = float(js["step_median_ms"].iloc[0]) if not js.empty else (float(st["dur_ms"].median()) if not st.empty else None)
@@ -45,6 +49,9 @@ def per_rank_table(metas: dict[int, dict], nodes: dict, steps_trace: pd.DataFram
                 "compute_pct": t.get("compute_time_pctg"),
                 "non_compute_pct": t.get("non_compute_time_pctg"),
                 "comm_comp_overlap_pct": m.get("overlap_pct"),
+                "compute_pct_hpcprof": ours.get("compute_time_pctg"),
+                "non_compute_pct_hpcprof": ours.get("non_compute_time_pctg"),
+                "comm_comp_overlap_pct_hpcprof": ours_overlap,
                 "idle_time_us": t.get("idle_time(us)"),
                 "compute_time_us": t.get("compute_time(us)"),
                 "non_compute_time_us": t.get("non_compute_time(us)"),

@@ -20,13 +20,13 @@ import re
 
 import pandas as pd
 
-from .step_stats import GPU_CLOCK, step_seconds, step_time_source
-
+from .communication import comm_share_pct
 from .idle_outliers import idle_outliers, outlier_recommendation
 from .whatif import BASE_THRESHOLD_TEXT
 
 DATA_SHARE_PCT = 5.0  # TensorBoard plugin: DataLoader above 5% of the step
 COMM_SHARE_PCT = 20.0
+WAIT_DOMINATES = 0.5  # above this share of the time in collectives spent waiting, the advice is the late ranks'
 LOW_OVERLAP_PCT = 30.0
 GPU_IDLE_PCT = 30.0
 LOW_MEMORY_PCT = 50.0
@@ -54,9 +54,13 @@ def recommendations(
     device: str,
     spread: dict,
     idle: pd.DataFrame | None = None,
+    comm: dict | None = None,
+    critical: dict | None = None,
 ) -> list[dict]:
     """The recommendations, highest score first; `idle`: HTA's idle-time breakdown per rank and stream
-    (for the idle outliers)."""
+    (for the idle outliers); `comm`: summary.json `communication` (reduce.communication: our share,
+    HTA's, and the replay's split of the time in collectives into waiting and transfer);
+    `critical`: summary.json `critical_path` (reduce.critical_path)."""
     recs: list[dict] = []
     gpu = device != "cpu"
 
@@ -86,19 +90,10 @@ def recommendations(
             }
         )
 
-    # 2. communication share
-    if gpu and not kernel_type.empty:
-        tot = kernel_type["sum"].sum()
-        comm = kernel_type[kernel_type["kernel_type"].str.startswith("COMMUNICATION")]["sum"].sum()
-        pct = 100 * comm / tot if tot else 0.0
-        if pct > COMM_SHARE_PCT:
-            recs.append(
-                {
-                    "title": "Communication-bound: NCCL kernels dominate GPU time; increase per-GPU batch, use gradient accumulation / no_sync, tune DDP bucket_cap_mb, or check the interconnect",
-                    "evidence": f"{_fmt(pct)}% of GPU kernel time (all ranks) is communication-only (HTA kernel breakdown)",
-                    "score": pct,
-                }
-            )
+    # 2. communication share: transfer, or waiting for the last arrival (the stragglers' advice)
+    waiting_note = None
+    if gpu and (not kernel_type.empty or (comm or {}).get("share_pct") is not None):
+        waiting_note = _gpu_communication(recs, kernel_type, comm or {}, bool(stragglers), critical)
     elif not steps_trace.empty and "comm_exposed_ms" in steps_trace:
         g = steps_trace.groupby("rank")
         pct = float((g["comm_exposed_ms"].sum() / g["dur_ms"].sum() * 100).median())
@@ -170,9 +165,9 @@ def recommendations(
                 }
             )
 
-    # 7. stragglers
+    # 7. stragglers (the first carries the waiting share of the communication time, when it dominates)
     step_ms = spread.get("median_of_rank_medians_ms")
-    for s in stragglers:
+    for n, s in enumerate(stragglers):
         advice = {
             "data_loading": "check its input pipeline (local disk / file system, DataLoader workers, CPU binding)",
             "host_gap": "look for host-side work outside the profiled regions on that rank/node (other processes, GC, sleeps, slow I/O, CPU frequency)",
@@ -185,7 +180,8 @@ def recommendations(
         recs.append(
             {
                 "title": f"Straggler: rank {s['rank']} (node {s.get('node') or 'unknown'}) makes the others wait; {advice}",
-                "evidence": f"costs the job {_fmt(s['cost_ms_per_step'])} ms per step{pct} (what-if replay: the step replayed with this rank at the other ranks' median is that much shorter); above the threshold of {_fmt(s['threshold_ms'])} ms{_noise(s)} in {s['steps_flagged']} of {s['steps']} profiled steps; cause: {s['cause_detail']}",
+                "evidence": f"costs the job {_fmt(s['cost_ms_per_step'])} ms per step{pct} (what-if replay: the step replayed with this rank at the other ranks' median is that much shorter); above the threshold of {_fmt(s['threshold_ms'])} ms{_noise(s)} in {s['steps_flagged']} of {s['steps']} profiled steps; cause: {s['cause_detail']}"
+                + (f"; {waiting_note}" if waiting_note and n == 0 else ""),
                 "score": 100 * s["cost_ms_per_step"] / step_ms if step_ms else 50.0,
             }
         )
@@ -207,6 +203,67 @@ def recommendations(
     for r in recs:
         r["score"] = round(float(r["score"]), 2)
     return recs
+
+
+def _gpu_communication(recs: list[dict], kernel_type: pd.DataFrame, comm: dict, stragglers: bool, critical: dict | None) -> str | None:
+    """The communication rules of a GPU job (rule 2). A collective kernel's time is its rank's wait
+    for the last arrival plus the transfer (reduce.communication); only the transfer is what a
+    faster interconnect, bigger buckets or fewer collectives shorten.
+    - "Communication-bound" fires when the TRANSFER share of GPU kernel time (communication share x
+      transfer share of the time in matched collectives; all of it where no collective was matched)
+      is above COMM_SHARE_PCT.
+    - When waiting is at least WAIT_DOMINATES of the time in collectives and the waiting share of GPU
+      kernel time is above COMM_SHARE_PCT, the advice is the late ranks': with flagged stragglers the
+      returned line is added to the first straggler's evidence (no recommendation of its own);
+      without, a "mostly waiting" recommendation names the ranks the others waited for.
+    Returns the waiting line for the straggler evidence, or None."""
+    share = comm.get("share_pct")
+    if share is None:
+        share = comm_share_pct(kernel_type)
+    if share is None:
+        return None
+    hta = comm.get("hta_share_pct")
+    ws = comm.get("wait_share")
+    src = (f"{_fmt(share)}% of GPU kernel time (all ranks) is communication"
+           + (f" (HTA's kernel-name rule: {_fmt(hta or 0.0)}%; " + "; ".join(x["note"] for x in comm.get("reclassified", [])[:3]) + ")"
+              if comm.get("differs") else " (HTA kernel breakdown)"))
+    transfer_pct = share * (1 - ws) if ws is not None else share
+    split = (f"; of the ranks' time in the matched collectives ({_fmt(comm['in_collectives_ms_per_step'])} ms per step over all ranks), "
+             f"{100 * ws:.0f}% is waiting for the last rank to arrive and {100 * (1 - ws):.0f}% transfer (what-if replay)") if ws is not None else ""
+    if transfer_pct > COMM_SHARE_PCT:
+        recs.append({
+            "title": "Communication-bound: collective transfers dominate GPU time; increase per-GPU batch, use gradient accumulation / no_sync, tune DDP bucket_cap_mb, or check the interconnect",
+            "evidence": f"{src}{split}; transfer alone is {_fmt(transfer_pct)}% of GPU kernel time",
+            "score": transfer_pct,
+        })
+    if ws is None or ws < WAIT_DOMINATES or share * ws <= COMM_SHARE_PCT:
+        return None
+    line = (f"most of the communication time is waiting, not transfer: {src}; {100 * ws:.0f}% of the ranks' time in the matched "
+            f"collectives is waiting for the last rank to arrive, {100 * (1 - ws):.0f}% transfer (what-if replay)")
+    if stragglers:
+        return line
+    who = comm.get("waited_for") or []
+    late = "; ".join(f"rank {w['rank']} arrived last at {w['last_at']} of {w['collectives']} collectives and the others waited "
+                     f"{_fmt(w['waited_ms_per_step'])} ms per step for it" for w in who[:3])
+    skew = _start_skew(critical)
+    recs.append({
+        "title": "Communication is mostly waiting, not transfer: ranks wait inside collectives for the last one to arrive; "
+                 "even out the work before the collectives (and the ranks' step starts) rather than tuning the interconnect or bucket sizes",
+        "evidence": line + (f"; {late}" if late else "") + (f"; {skew}" if skew else ""),
+        "score": share * ws,
+    })
+    return None
+
+
+def _start_skew(critical: dict | None) -> str:
+    """Where the critical path starts late: a rank that entered the step after the others."""
+    steps = (critical or {}).get("steps") or []
+    skews = [(x["rank"], x["dur_ms"], s["step"], s["total_ms"]) for s in steps for x in s.get("chain", [])[:1] if x["kind"] == "start_skew"]
+    if not skews:
+        return ""
+    r, d, step, tot = max(skews, key=lambda x: x[1])
+    return (f"the critical path of step {step} begins with rank {r} entering the step {_fmt(d, 2)} ms after the first rank "
+            f"({100 * d / tot:.0f}% of the step: lateness brought from before the profiled step)")
 
 
 def _noise(s: dict) -> str:

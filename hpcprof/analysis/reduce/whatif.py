@@ -442,6 +442,8 @@ class WhatIf:
     # every rank's window excess per category (ms per profiled step, before netting): what its cause
     # would be read from, flagged or not; {} without category data
     excess_ms_per_step: dict = field(default_factory=dict)
+    graphs: list = field(default_factory=list)
+    """The replayed step graphs (StepGraph), for the critical path (reduce/critical_path.py)."""
 
 
 def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> WhatIf:
@@ -473,8 +475,11 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
         clock = _cause_clock(g, mt.df, steps)
         for i, r in enumerate(g.ranks):
             cost = float(step_costs[i])
+            # a rank's time in the matched collectives: waiting for the last arrival, then the transfer
             wait = float(np.nansum(np.where(g.member[i], last_arr - g.arrival[i], 0.0))) / 1e3
-            cost_rows.append({"rank": int(r), "step": g.step, "cost_ms": cost, "wait_ms": wait, "base_threshold_ms": thr})
+            inside = float(np.nansum(np.where(g.member[i], g.coll_end[i] - g.arrival[i], 0.0))) / 1e3
+            cost_rows.append({"rank": int(r), "step": g.step, "cost_ms": cost, "wait_ms": wait, "in_collectives_ms": inside,
+                              "transfer_ms": max(0.0, inside - wait), "base_threshold_ms": thr})
             ex = _window_excess(g, i, clock)
             if ex is None:
                 have_cause = False
@@ -497,6 +502,8 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
         "whatif_cost_ms_per_step_median": g["cost_ms"].median(),
         "steps_above_share": g["above"].sum() / n_steps,
         "wait_ms_per_step": g["wait_ms"].mean(),
+        "transfer_ms_per_step": g["transfer_ms"].mean(),
+        "in_collectives_ms_per_step": g["in_collectives_ms"].mean(),
     }).reset_index()
     excess_per_step = {r: {c: round(float(v) / n_steps, 3) for c, v in zip(CAUSE_CATEGORIES, e)}
                        for r, e in sorted(excess_sum.items())} if have_cause else {}
@@ -536,7 +543,7 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
     slowdown = float(st["replayed_ms"].sum()) / ideal if ideal > 0 else None
     err = float(st["replay_error_pct"].abs().max())
     warnings = list(mt.warnings)
-    return WhatIf(st, costs, per_rank, stragglers, _collectives_table(mt.df), mt, slowdown, err, warnings, excess_per_step)
+    return WhatIf(st, costs, per_rank, stragglers, _collectives_table(mt.df), mt, slowdown, err, warnings, excess_per_step, graphs)
 
 
 def _collectives_table(m: pd.DataFrame) -> pd.DataFrame:
@@ -552,4 +559,9 @@ def _collectives_table(m: pd.DataFrame) -> pd.DataFrame:
     })
     out["skew_ms"] = (out["last_arrival_us"] - out["first_arrival_us"]) / 1e3
     out["transfer_ms"] = (out["end_us"] - out["last_arrival_us"]) / 1e3
+    # what the others spent waiting for the last arrival, summed over the ranks
+    out["waited_ms"] = (m["key"].map(out["last_arrival_us"]) - m["arrival"]).clip(lower=0).groupby(m["key"]).sum() / 1e3
+    for col in ("msg_bytes", "comms_id", "seq", "comm_reason"):
+        if col in m:
+            out[col] = g[col].median() if col == "msg_bytes" else g[col].first()
     return out.reset_index().sort_values("first_arrival_us", ignore_index=True)
