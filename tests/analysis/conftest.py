@@ -98,6 +98,31 @@ def parse_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("parse-cache")
 
 
+@pytest.fixture(scope="session")
+def replayed_sets(tmp_path_factory, parse_cache) -> dict[str, tuple[Path, dict, dict | None]]:
+    """The real multi-rank sets and two trace drills of them, analysed once per session:
+    name -> (trace folder, summary, the drill's truth or None). The drills are large stalls right
+    before a collective: DLRM rank 4 for a whole job step before its collective 4; sampled rank 1
+    for 50 ms before its first matched collective of step 551 (both reach the job in full or
+    nearly: tests/analysis/test_trace_drill.py)."""
+    from hpcprof.analysis import analyze
+    from hpcprof.drills import inject, job_times
+
+    tmp = tmp_path_factory.mktemp("replayed")
+    out: dict = {}
+
+    def run(name, src, info=None):
+        s = analyze(src, out=tmp / f"an-{name}", workers=2, progress=False, cache_dir=parse_cache)
+        out[name] = (src, s, info)
+
+    run("dlrm", require(DLRM))
+    run("sampled", require(SAMPLED))
+    stall = round(job_times(DLRM)["window_ms"], 3)
+    run("dlrm_stall", tmp / "dlrm_stall", inject(DLRM, tmp / "dlrm_stall", 4, stall_ms=stall, before_collective=4))
+    run("sampled_stall", tmp / "sampled_stall", inject(SAMPLED, tmp / "sampled_stall", 1, stall_ms=50.0, before_collective=0, step=551))
+    return out
+
+
 @pytest.fixture
 def dlrm_copy(tmp_path) -> Path:
     d = tmp_path / "dlrm"

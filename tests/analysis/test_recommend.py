@@ -29,13 +29,13 @@ def _kernels(comm=10.0, gemm=30.0, other=60.0, gemm_name="volta_sgemm_128x64_nn"
 
 
 def recs(per_rank=None, steps_trace=None, jsonl=None, kernels=None, stragglers=(), metas=None,
-         device="cuda", spread=None, idle=None):
+         device="cuda", spread=None, idle=None, comm=None, critical=None):
     kall, kt = kernels if kernels is not None else _kernels()
     return R.recommendations(
         _per_rank() if per_rank is None else per_rank,
         pd.DataFrame() if steps_trace is None else steps_trace,
         pd.DataFrame() if jsonl is None else jsonl,
-        kall, kt, list(stragglers), metas or {}, device, spread or {}, idle=idle,
+        kall, kt, list(stragglers), metas or {}, device, spread or {}, idle=idle, comm=comm, critical=critical,
     )
 
 
@@ -71,6 +71,57 @@ def test_comm_bound_fires_on_gpu():
 
 def test_comm_bound_silent_below_20pct():
     assert "Communication-bound" not in titles(recs(kernels=_kernels(comm=10, gemm=45, other=45)))
+
+
+def _comm(share=60.0, wait_share=0.1, hta=None, waited_for=()):
+    """summary.json `communication` as the reduce writes it (reduce/communication.py)."""
+    return {"share_pct": share, "hta_share_pct": share if hta is None else hta, "differs": hta is not None and hta != share,
+            "reclassified": [{"note": "24 multimem_all_reduce_kernel kernels counted as communication (10.61 ms on 8 ranks): launched by c10d::allreduce_"}] if hta is not None else [],
+            "wait_share": wait_share, "transfer_share": None if wait_share is None else 1 - wait_share, "in_collectives_ms_per_step": 48.5,
+            "waited_for": list(waited_for)}
+
+
+WAITED_FOR = [{"rank": 7, "waited_ms_per_step": 35.6, "last_at": 5, "collectives": 8}]
+
+
+def test_comm_bound_fires_when_transfer_dominates():
+    # 60% of GPU time in collectives, 90% of it transfer: 54% of GPU time is transfer
+    rs = recs(comm=_comm(60.0, 0.1, waited_for=WAITED_FOR))
+    r = next(x for x in rs if x["title"].startswith("Communication-bound"))
+    assert "90% transfer" in r["evidence"] and "transfer alone is 54.0% of GPU kernel time" in r["evidence"]
+    assert "mostly waiting" not in titles(rs)
+
+
+def test_comm_bound_silent_when_waiting_dominates_and_the_waiting_advice_fires():
+    # the same 60%, but 90% of it is waiting for the last arrival: transfer is 6% of GPU time
+    rs = recs(comm=_comm(60.0, 0.9, waited_for=WAITED_FOR), critical={"steps": [{"step": 10, "total_ms": 20.8, "chain": [
+        {"rank": 7, "kind": "start_skew", "dur_ms": 7.51}]}]})
+    assert "Communication-bound" not in titles(rs)
+    r = next(x for x in rs if x["title"].startswith("Communication is mostly waiting"))
+    assert "90% of the ranks' time in the matched collectives is waiting" in r["evidence"]
+    assert "rank 7 arrived last at 5 of 8 collectives" in r["evidence"] and "rank 7 entering the step 7.51 ms" in r["evidence"]
+
+
+def test_waiting_is_the_stragglers_advice_when_one_is_flagged():
+    rs = recs(comm=_comm(60.0, 0.9, waited_for=WAITED_FOR), stragglers=[STRAGGLER], spread={"median_of_rank_medians_ms": 100.0})
+    assert "mostly waiting" not in titles(rs) and "Communication-bound" not in titles(rs)
+    s = next(x for x in rs if x["title"].startswith("Straggler: rank 1"))
+    assert "most of the communication time is waiting, not transfer" in s["evidence"]
+    # where transfer dominates, the straggler's evidence says nothing about waiting
+    rs = recs(comm=_comm(60.0, 0.1), stragglers=[STRAGGLER], spread={"median_of_rank_medians_ms": 100.0})
+    assert "waiting, not transfer" not in next(x for x in rs if x["title"].startswith("Straggler"))["evidence"]
+
+
+def test_waiting_advice_silent_when_communication_is_small():
+    rs = recs(comm=_comm(15.0, 0.9, waited_for=WAITED_FOR))  # waiting is 13.5% of GPU time
+    assert "mostly waiting" not in titles(rs) and "Communication-bound" not in titles(rs)
+
+
+def test_comm_share_is_ours_with_htas_beside_it():
+    # HTA's name rule sees 0% (symmetric-memory kernels): ours decides, HTA's and the reason are given
+    rs = recs(kernels=_kernels(comm=0.0, gemm=45, other=55), comm=_comm(60.0, 0.1, hta=0.0))
+    r = next(x for x in rs if x["title"].startswith("Communication-bound"))
+    assert "HTA's kernel-name rule: 0.0%" in r["evidence"] and "launched by c10d::allreduce_" in r["evidence"]
 
 
 def _cpu_steps(exposed):

@@ -1,9 +1,10 @@
 """docs/summary-json.md against real summary.json files: every ``Name = {...}`` block of the page lists
 exactly the keys that the analysis writes at that place, and every block is checked somewhere.
 
-Two real analyses cover every block: hta_sampled_2of128 with rank 1 stalled for a whole step before
-its second collective in both profiled steps (hpcprof.drills.trace_drill; a flagged straggler, GPU
-fields, clock alignment, a merged timeline), and the run directory of test_throughput_outputs (a
+Two real analyses cover every block: hta_sampled_2of128 with its NCCL kernels re-tagged as DeepEP
+and symmetric-memory kernels (retag.py: communication HTA's name rule misses) and rank 1 stalled for a
+whole step before its second collective in both profiled steps (hpcprof.drills.trace_drill; a flagged
+straggler, GPU fields, clock alignment, a critical path, a merged timeline), and the run directory of test_throughput_outputs (a
 real trace next to step records: run_state from step files, throughput). A field added to the code
 without the page (or the reverse) fails here, naming the block and the keys."""
 
@@ -29,6 +30,12 @@ WHERE = {
     "KernelType": lambda s: s["kernel_breakdown"] or [],
     "Straggler": lambda s: s["stragglers"],
     "CollectiveMatching": lambda s: [s["collective_matching"]] if s["collective_matching"] else [],
+    "Communication": lambda s: [s["communication"]],
+    "Reclassified": lambda s: s["communication"]["reclassified"],
+    "WaitedFor": lambda s: s["communication"]["waited_for"],
+    "CriticalPath": lambda s: [s["critical_path"]] if s["critical_path"] else [],
+    "CriticalStep": lambda s: s["critical_path"]["steps"] if s["critical_path"] else [],
+    "CriticalLink": lambda s: [x for st in s["critical_path"]["steps"] for x in st["chain"]] if s["critical_path"] else [],
     "Recommendation": lambda s: s["recommendations"],
     "StepTime": lambda s: [s["step_time"]],
     "Throughput": lambda s: [s["throughput"]] if s["throughput"] else [],
@@ -60,14 +67,17 @@ def blocks(text: str) -> dict[str, list[str]]:
 def straggler_summary(tmp_path_factory) -> dict:
     from hpcprof.drills import inject, job_times
 
-    src = require(SAMPLED)
+    from .retag import SYMMETRIC_AND_EXPERT_PARALLEL, retag_set
+
     tmp = tmp_path_factory.mktemp("schema")
+    src = retag_set(require(SAMPLED), tmp / "retagged", SYMMETRIC_AND_EXPERT_PARALLEL)
     cur = src
     for i, (step, step_ms) in enumerate(sorted(job_times(src)["steps_ms"].items())):
         inject(cur, tmp / f"drilled-{i}", 1, step=step, stall_ms=step_ms, before_collective=1)
         cur = tmp / f"drilled-{i}"
     s = analyze(cur, out=tmp / "analysis", progress=False, workers=2)
     assert s["stragglers"] and s["stragglers"][0]["rank"] == 1, "the drill must give a straggler to check"
+    assert s["communication"]["reclassified"], "the re-tagged kernels must be counted as communication HTA misses"
     return s
 
 

@@ -123,6 +123,17 @@ def _chart(key: str, title: str, plots: dict, omitted: dict) -> str:
     return ""
 
 
+UNKNOWN_NODE = "unknown (not recorded)"
+
+
+def _named_nodes(df: pd.DataFrame | None) -> pd.DataFrame | None:
+    """A table whose `node` column says "unknown (not recorded)" where the node is not known
+    (a folder of traces without a manifest), never an empty cell."""
+    if df is None or "node" not in df:
+        return df
+    return df.assign(node=df["node"].map(lambda n: n if isinstance(n, str) and n else UNKNOWN_NODE))
+
+
 def _pct(part, whole) -> str:
     return f" ({100 * part / whole:.0f}% of the {num(whole)} ms median step)" if part is not None and whole else ""
 
@@ -242,6 +253,7 @@ def run_config(manifest: dict | None, s: dict) -> list[tuple[str, str]]:
 def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plots: dict[str, Path],
                  omitted: dict[str, str] | None = None, manifest: dict | None = None) -> Path:
     s, omitted = summary, omitted or {}
+    tables = {k: _named_nodes(v) for k, v in tables.items()}
     colls = tables.get("collectives")
     step_ms = _step_ms(s)
     p = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>hpcprof report: {esc(s.get('run_name'))}</title><style>{CSS}</style></head><body>"]
@@ -273,7 +285,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
         body += "<ul>" + "".join(
             f"<li>rank {esc(x['rank'])} (node {esc(x.get('node') or 'unknown')}): costs {num(x.get('cost_ms_per_step'))} ms per step{_pct(x.get('cost_ms_per_step'), step_ms)}, "
             f"cause {esc(x.get('cause'))}." + (f" Where to look: {w}." if (w := where_to_look(s, colls, int(x['rank']))) else "") + "</li>" for x in strag) + "</ul>"
-        body += table(pd.DataFrame(strag), columns=["rank", "node", "cost_ms_per_step", "cost_ms_per_step_median", "others_cost_ms_per_step", "others_wait_ms_per_step", "threshold_ms", "cause", "confidence", "late_in_steps_share"])
+        body += table(_named_nodes(pd.DataFrame(strag)), columns=["rank", "node", "cost_ms_per_step", "cost_ms_per_step_median", "others_cost_ms_per_step", "others_wait_ms_per_step", "threshold_ms", "cause", "confidence", "late_in_steps_share"])
     else:
         body += (f"<p>No straggler: {esc(NO_STRAGGLER_TEXT)}. A bar above the dashed line alone is not a straggler when the "
                  "other ranks cost about as much: that is the ranks' jitter (docs/analysis.md, &ldquo;Straggler flag&rdquo;).</p>")
@@ -316,7 +328,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
         if ca.get("note"):
             body += f"<p class='warn'>{esc(ca['note'])}.</p>"
         hosts = pd.DataFrame(ca["hosts"]).rename(columns={"offset_ms": "clock_offset_ms", "collectives": "collectives_used"})
-        hosts["host"] = hosts["host"].map(lambda h: h if h else "unknown (not recorded)")
+        hosts["host"] = hosts["host"].map(lambda h: h if isinstance(h, str) and h else UNKNOWN_NODE)
         body += table(hosts)
     section("timeline", body or "<p class='none'>(no merged timeline)</p>")
     section("per-rank", table(tables.get("per_rank"), columns=[c for c in (tables.get("per_rank") if tables.get("per_rank") is not None else pd.DataFrame()).columns if not c.endswith("_us")])

@@ -110,14 +110,16 @@ def recommendations(
                 }
             )
 
-    # 3. overlap
-    if gpu and "comm_comp_overlap_pct" in per_rank and per_rank["comm_comp_overlap_pct"].notna().any():
-        ov = float(per_rank["comm_comp_overlap_pct"].median())
+    # 3. overlap (ours: with every communication kernel the trace shows; HTA's where they agree)
+    ov_col = "comm_comp_overlap_pct_hpcprof" if "comm_comp_overlap_pct_hpcprof" in per_rank else "comm_comp_overlap_pct"
+    if gpu and ov_col in per_rank and per_rank[ov_col].notna().any():
+        ov = float(per_rank[ov_col].median())
         if ov < LOW_OVERLAP_PCT:
+            how = "HTA's computation with hpcprof's communication kernels" if (comm or {}).get("differs") else "HTA"
             recs.append(
                 {
                     "title": "Little overlap of communication with computation; let DDP overlap all-reduce with backward (smaller buckets, avoid syncs in backward), overlap all-to-all with compute",
-                    "evidence": f"median comm/comp overlap {_fmt(ov)}% across ranks (HTA), min {_fmt(float(per_rank['comm_comp_overlap_pct'].min()))}%",
+                    "evidence": f"median comm/comp overlap {_fmt(ov)}% across ranks ({how}), min {_fmt(float(per_rank[ov_col].min()))}%",
                     "score": (100 - ov) / 5,
                 }
             )
