@@ -249,7 +249,7 @@ def base_sets(tmp_path_factory, parse_cache):
     out = {}
     for name, src in (("dlrm", DLRM), ("sampled", SAMPLED)):
         require(src)
-        out[name] = (src, _analyse(src, tmp, name, parse_cache))  # the shared traces: the session's parse cache
+        out[name] = (src, _analyse(src, tmp, name, parse_cache))  # the real traces: the session's parse cache
     return out
 
 

@@ -8,7 +8,7 @@ table `events.event_table` already decoded for our timeline: the same rows (even
 is named after the HTA function it replaces; the steps HTA does with whole-column operations
 (`transform_correlation_to_index`, `add_fwd_bwd_links`, aligning and filtering the trace) are
 HTA's own functions called on our frame. tests/analysis/test_fast_loader.py checks the frame
-column by column (values and dtypes) against HTA's own loader on the shared traces;
+column by column (values and dtypes) against HTA's own loader on the real traces of tests/data;
 tests/analysis/test_hta_equality.py checks the analyses' numbers against `TraceAnalysis`.
 
 Only symbol ids differ: HTA numbers symbols in `set` iteration order, which changes with Python's

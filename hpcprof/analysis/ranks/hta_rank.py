@@ -152,7 +152,7 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
       overlaps), and per type the top kernels by total duration (DURATION_RATIO, TOP_KERNELS).
     The idle-time breakdown does not classify kernels and is HTA's own call (`idle=False`: left out).
     `gpu` may carry other kernel types than HTA's (run_hta_rank's "ours"). Equality with
-    `hta_analyses` is tested on every shared trace (tests/analysis/test_fast_loader.py).
+    `hta_analyses` is tested on every real trace of tests/data (tests/analysis/test_fast_loader.py).
     """
     from hta.analyzers.breakdown_analysis import BreakdownAnalysis
     from hta.utils.utils import KernelType, merge_kernel_intervals
