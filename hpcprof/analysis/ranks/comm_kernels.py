@@ -184,6 +184,10 @@ def classify(ev: pd.DataFrame, device: np.ndarray) -> CommKernels:
     """The rules of the module docstring on an event table (decode/events.event_table, or
     `frame_from_events`); `device`: the rows that are device activity (kernels, copies)."""
     n = len(ev)
+    if not np.asarray(device, dtype=bool).any():  # a CPU-only trace: no kernel to classify
+        none, nan = np.full(n, None, dtype=object), np.full(n, np.nan)
+        return CommKernels(mask=np.zeros(n, dtype=bool), reason=none, hta_comm=np.zeros(n, dtype=bool), kind=none,
+                           group=none, seq=nan, comms_id=none, msg_bytes=nan)
     ph, cat, name = _arr(ev, "ph", n), _arr(ev, "cat", n), _arr(ev, "name", n)
     ts = _arr(ev, "ts", n, numeric=True)
     end = ts + _arr(ev, "dur", n, numeric=True)

@@ -76,15 +76,16 @@ def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | list | None =
     out.update(classified_analyses(t, rank, gpu) if loader == "fast" else hta_analyses(t, rank))
     out["kernels_all"] = _all_kernels(gpu, rank)
     out["launch_stats"] = launch_stats(t, rank)  # HTA's own kernel-launch statistics (ranks/operators.py)
-    ours = gpu
+    kall = out["kernels_all"]
+    kall["kernel_type_hpcprof"] = kall["kernel_type"]
     if extra_comm:
         from hta.utils.utils import KernelType
 
         ours = gpu.copy()
         ours.loc[ours["correlation"].isin(extra_comm), "kernel_type"] = KernelType.COMMUNICATION.name
         out["ours"] = classified_analyses(t, rank, ours, idle=False)
-    by_name = ours.groupby("kernel_name")["kernel_type"].agg(lambda s: s.mode().iloc[0])
-    out["kernels_all"]["kernel_type_hpcprof"] = out["kernels_all"]["name"].map(by_name)
+        by_name = ours.groupby("kernel_name")["kernel_type"].agg(lambda s: s.mode().iloc[0])
+        kall["kernel_type_hpcprof"] = kall["name"].map(by_name)
     return out
 
 
