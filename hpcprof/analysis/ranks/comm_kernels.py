@@ -125,6 +125,13 @@ def _arr(ev: pd.DataFrame, col: str, n: int, numeric: bool = False) -> np.ndarra
     return c.to_numpy(dtype=object)
 
 
+def _at(ev: pd.DataFrame, col: str, idx: np.ndarray, numeric: bool = False) -> np.ndarray:
+    """Column `col` at row positions `idx` only (as `_arr` gives it for the whole column)."""
+    if col not in ev:
+        return np.full(idx.shape, np.nan) if numeric else np.full(idx.shape, None, dtype=object)
+    return _arr(ev[col].iloc[idx].reset_index(drop=True).to_frame(), col, idx.size, numeric)
+
+
 class _Names:
     """A column of names factorized once; each pattern is evaluated once per distinct name."""
 
@@ -269,9 +276,8 @@ def classify(ev: pd.DataFrame, device: np.ndarray) -> CommKernels:
     rpc_row = np.where(by_rpc >= 0, by_rpc, np.where((bext >= 0) & rpc[np.maximum(bext, 0)], bext, -1))
 
     def meta(col: str, numeric: bool = False) -> np.ndarray:
-        v = _arr(ev, col, n, numeric)
-        own = v[rows]
-        via = v[np.maximum(rpc_row, 0)]
+        own = _at(ev, col, rows, numeric)
+        via = _at(ev, col, np.maximum(rpc_row, 0), numeric)
         if numeric:
             return np.where(np.isnan(own) & (rpc_row >= 0), via, own)
         return _known(own, np.where(rpc_row >= 0, via, None))
@@ -283,10 +289,9 @@ def classify(ev: pd.DataFrame, device: np.ndarray) -> CommKernels:
     seq = np.where(np.isnan(seq), meta("seq_lower", numeric=True), seq)
     size = np.array([DTYPE_BYTES.get(str(d).strip().lower(), np.nan) if d is not None else np.nan for d in meta("msg_dtype")], dtype=float)
     msg = meta("in_nelems", numeric=True) * size
-    if "input_dims" in ev:
-        dims, types = _arr(ev, "input_dims", n), _arr(ev, "input_type", n)
+    if "input_dims" in ev and "input_type" in ev:
         for i in np.flatnonzero(np.isnan(msg) & (by_ann >= 0)):
-            msg[i] = _bytes_from_dims(dims[by_ann[i]], types[by_ann[i]])
+            msg[i] = _bytes_from_dims(ev["input_dims"].iat[by_ann[i]], ev["input_type"].iat[by_ann[i]])
 
     def full(v: np.ndarray, numeric: bool = False) -> np.ndarray:
         out = np.full(n, np.nan) if numeric else np.full(n, None, dtype=object)
