@@ -22,6 +22,7 @@ import pandas as pd
 
 from .communication import comm_share_pct
 from .idle_outliers import idle_outliers, outlier_recommendation
+from .step_stats import GPU_CLOCK, step_seconds, step_time_source
 from .whatif import BASE_THRESHOLD_TEXT
 
 DATA_SHARE_PCT = 5.0  # TensorBoard plugin: DataLoader above 5% of the step
