@@ -108,16 +108,23 @@ def test_the_drilled_stall_is_on_the_path_for_the_injected_time(replayed_sets, d
 
 
 def test_the_path_has_its_own_lane_on_the_merged_timeline(replayed_sets):
-    from hpcprof.analysis.outputs.critical_lane import LANE_NAME, LANE_PID
+    from hpcprof.analysis.outputs.critical_lane import LANE_NAME, LANE_TID
 
-    _, s, _ = replayed_sets["dlrm_stall"]
+    _, s, info = replayed_sets["dlrm_stall"]
     with gzip.open(s["timeline"]["path"], "rt") as fh:
         doc = json.load(fh)
-    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"}
-    assert names[LANE_PID] == LANE_NAME
-    lane = sorted((e for e in doc["traceEvents"] if e.get("pid") == LANE_PID and e["ph"] == "X"), key=lambda e: e["ts"])
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "thread_name"}
+    assert all(names.get((r, LANE_TID)) == LANE_NAME for r in range(8))  # a thread at the top of every rank
+    lane = sorted((e for e in doc["traceEvents"] if e.get("tid") == LANE_TID and e["ph"] == "X"), key=lambda e: e["ts"])
     step = s["critical_path"]["steps"][0]
     assert len(lane) == step["links"]
     assert lane[0]["ts"] == pytest.approx(0.0, abs=0.01)  # time 0 of the timeline: the earliest rank's step start
     assert sum(e["dur"] for e in lane) / 1e3 == pytest.approx(step["total_ms"], abs=0.02)
-    assert any(e["name"].startswith("rank 4: work before") and e["dur"] / 1e3 >= replayed_sets["dlrm_stall"][2]["stall_ms"] for e in lane)
+    # the slices follow each other; each sits on its rank (a transfer on the rank that arrived last)
+    for a, b in zip(lane, lane[1:]):
+        assert b["ts"] == pytest.approx(a["ts"] + a["dur"], abs=0.01)
+    stalled = [e for e in lane if e["pid"] == 4 and e["name"].startswith("critical path: rank 4, work before") and e["dur"] / 1e3 >= info["stall_ms"]]
+    assert len(stalled) == 1
+    # a flow arrow wherever the chain moves to another rank
+    moves = sum(1 for a, b in zip(lane, lane[1:]) if a["pid"] != b["pid"])
+    assert sum(1 for e in doc["traceEvents"] if e.get("tid") == LANE_TID and e["ph"] == "s") == moves > 0

@@ -33,11 +33,7 @@ def read_timeline(out: Path) -> dict:
 
 
 def processes(doc: dict) -> dict[int, str]:
-    """The ranks' processes (pid = rank); the critical path's lane is a process of its own, apart."""
-    from hpcprof.analysis.outputs.critical_lane import LANE_PID
-
-    return {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
-            if e.get("ph") == "M" and e["name"] == "process_name" and e["pid"] != LANE_PID}
+    return {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"}
 
 
 def step_kernels(doc: dict, step: int) -> Counter:

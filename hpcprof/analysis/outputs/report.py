@@ -129,7 +129,7 @@ UNKNOWN_NODE = "unknown (not recorded)"
 def _named_nodes(df: pd.DataFrame | None) -> pd.DataFrame | None:
     """A table whose `node` column says "unknown (not recorded)" where the node is not known
     (a folder of traces without a manifest), never an empty cell."""
-    if df is None or "node" not in df:
+    if not isinstance(df, pd.DataFrame) or "node" not in df:
         return df
     return df.assign(node=df["node"].map(lambda n: n if isinstance(n, str) and n else UNKNOWN_NODE))
 

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..ranks.categories import CAUSE_CATEGORIES
-from .whatif import StepGraph
+from .whatif import StepGraph, _cause_clock
 
 MAX_LINKS_IN_SUMMARY = 100
 """Links per step written into summary.json (all of them are in tables/critical_path)."""
@@ -103,32 +103,10 @@ def _replay_measured(g: StepGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return E, setter, fin
 
 
-def _category_windows(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None):
-    """(ca, ce, s0, s1): cumulative category times (ms) of each rank at its arrival at / the end of
-    each collective (R, K, C) and at its step start / stop (R, C); None without category columns."""
-    arr_cols = [f"cum_{c}_arrival_ms" for c in CAUSE_CATEGORIES]
-    end_cols = [f"cum_{c}_end_ms" for c in CAUSE_CATEGORIES]
-    st_cols = [f"cum_{c}_start_ms" for c in CAUSE_CATEGORIES]
-    sp_cols = [f"cum_{c}_stop_ms" for c in CAUSE_CATEGORIES]
-    if steps is None or not set(arr_cols + end_cols) <= set(m.columns) or not set(st_cols + sp_cols) <= set(steps.columns):
-        return None
-    R, K = g.member.shape
-    ca = np.full((R, K, len(CAUSE_CATEGORIES)), np.nan)
-    ce = np.full_like(ca, np.nan)
-    ri = {int(r): i for i, r in enumerate(g.ranks)}
-    ki = {k: j for j, k in enumerate(g.keys)}
-    sub = m[m["key"].isin(ki) & m["rank"].isin(ri)]
-    rr, kk = sub["rank"].map(ri).to_numpy(), sub["key"].map(ki).to_numpy()
-    ca[rr, kk] = sub[arr_cols].to_numpy(float)
-    ce[rr, kk] = sub[end_cols].to_numpy(float)
-    stp = steps[steps["step"] == g.step].drop_duplicates("rank").set_index("rank").reindex(g.ranks)
-    return ca, ce, stp[st_cols].to_numpy(float), stp[sp_cols].to_numpy(float)
-
-
 def path_of(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, kinds: dict | None = None) -> tuple[list[dict], dict]:
     """The critical path of one step graph: its links in time order and the step's totals."""
     E, setter, fin = _replay_measured(g)
-    cats = _category_windows(g, m, steps)
+    cats = _cause_clock(g, m, steps)  # the cumulative category times the straggler cause reads
     origin = float(g.start.min())
     links: list[dict] = []
 
