@@ -32,6 +32,7 @@ def test_the_snapshot_sees_a_changed_an_added_and_a_removed_file(tmp_path):
 def test_every_trace_set_is_documented_with_its_licence():
     readme = (TRACES / "README.md").read_text()
     sets = sorted(p.name for p in TRACES.iterdir() if p.is_dir() and p.name != "licenses")
+    assert sorted(p.name for p in TRACES.iterdir() if p.is_file()) == ["README.md", "reference_outputs.json"]
     assert sets == ["hta_sampled_2of128", "hta_tests", "kineto_resnet50_v100_workers0", "kineto_resnet50_v100_workers4",
                     "param_dlrm_8x_v100"]
     for s in sets:
@@ -41,7 +42,7 @@ def test_every_trace_set_is_documented_with_its_licence():
                 "hta_tests/LICENSE"):
         assert lic in readme and (TRACES / lic).stat().st_size > 500, lic
     # the large HTA folders left out are named with the reason, and how to check them anyway
-    for left_out in ("df_index_resolver", "mtia_trace_single_rank", "negative_queue_length_values_check", "ns_resolution_trace"):
+    for left_out in ("df_index_resolver", "negative_queue_length_values_check", "ns_resolution_trace"):
         assert left_out in readme and not (TRACES / "hta_tests" / left_out).exists()
     assert "HPCPROF_HTA_TESTS_DIR" in readme
 

@@ -51,7 +51,7 @@ def _classified(path):
 
 
 def _real_traces():
-    return sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and "execution_trace" not in str(p)
+    return sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.parent != TRACES and "execution_trace" not in str(p)
                   and "memory_analysis" not in str(p) and "call_stack" not in str(p))
 
 
