@@ -3,7 +3,9 @@ produced, apart from paths and the cache block (reference_outputs.py says what i
 to regenerate the stored file when a change is MEANT to change the outputs).
 
 The stored outputs (tests/data/reference_outputs.json) were written by main's code before issue 21
-(first at c191f21; again at 8cdfa09, whose only difference is the new `captures` field), when the
+(first at c191f21; again at 8cdfa09, whose only difference is the new `captures` field; again for
+issue 22, whose differences are new fields, the communication advice and the critical-path lane, as
+its commit lists them), when the
 timeline still decoded every trace a second time in the parent; since then each rank's timeline
 piece is built in its map task and the parent streams the pieces. Cases: DLRM (8 ranks) with the
 default budget and two budgets that drop whole kinds and part of one (the shortest CPU ops across
