@@ -232,6 +232,17 @@ class RunDir:
                             "'step' are not step records; skipped")
         return good
 
+    def usable_steps(self, rank: int, max_step: int | None = None, problems: list[str] | None = None) -> list[dict[str, Any]]:
+        """The step records of one rank that can enter any figure, by step: :meth:`read_steps` less
+        the records hpcprof.rundir.records.step_record_problem refuses (another rank's, a step out of
+        0..max_step-1, a step time that is not a finite positive number, a batch of 0...), which
+        are named in `problems`."""
+        from .records import usable_step_records
+
+        path = self.steps_path(rank)
+        return usable_step_records(self.read_steps(rank, problems), rank, max_step,
+                                   f"{path.parent.name}/{path.name}", problems)
+
     def step_ranks(self) -> list[int]:
         ranks = (rank_from_name(p.name) for p in self.steps_dir.glob(STEPS_TEMPLATE.format(rank="*")))
         return sorted(r for r in ranks if r is not None)

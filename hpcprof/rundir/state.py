@@ -97,15 +97,16 @@ def describe(st: dict | None) -> str:
     return f"run state: {text}"
 
 
-def _steps(run: RunDir, world: int | None) -> tuple[dict[int, int], float | None, float | None]:
-    """Per rank, steps finished (last step + 1); the newest step-file mtime; the median step time."""
+def _steps(run: RunDir, world: int | None, planned: int | None) -> tuple[dict[int, int], float | None, float | None]:
+    """Per rank, steps finished (last usable step + 1: a record of another rank or a step number out
+    of range counts for nothing); the newest step-file mtime; the median step time."""
     done: dict[int, int] = {}
     newest = None
     times: list[float] = []
     for r in run.step_ranks():
         if world is not None and not 0 <= r < world:
             continue
-        recs = [x for x in run.read_steps(r) if isinstance(x, dict) and isinstance(x.get("step"), int)]
+        recs = run.usable_steps(r, planned)
         done[r] = max((x["step"] for x in recs), default=-1) + 1
         times += [float(x["step_s"]) for x in recs[-20:] if isinstance(x.get("step_s"), (int, float))]
         try:
@@ -184,14 +185,15 @@ def run_state(path: str | os.PathLike) -> RunState:
         manifest = {}
     if not manifest and not run.steps_dir.is_dir():
         return RunState("unknown", partial=False, evidence="no manifest.json, no steps/")
-    world = manifest.get("world_size") if isinstance(manifest.get("world_size"), int) else None
+    world = manifest.get("world_size")
+    world = world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else None
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     planned = (spec.get("train") or {}).get("steps") if isinstance(spec.get("train"), dict) else None
-    planned = planned if isinstance(planned, int) else None
+    planned = planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0 else None
     job_id = manifest.get("job_id")
     job_id = str(job_id) if job_id is not None else None
     outcome = manifest.get("outcome") if isinstance(manifest.get("outcome"), dict) else {}
-    done, newest, step_s = _steps(run, world)
+    done, newest, step_s = _steps(run, world, planned)
     ranks = range(world) if world else sorted(done)
     steps_done = min((done.get(r, 0) for r in ranks), default=0)
     base = dict(steps_done=steps_done, steps_planned=planned, job_id=job_id)
