@@ -328,6 +328,40 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     return value
 
 
+def checked(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The manifest as read (a plain dict), less the top-level fields whose value is not of their
+    declared type, and one problem per field left out, naming it. Why: readers use the fields as
+    they find them; `world_size: "two"` made the analysis skip every trace as "from another job"
+    (issue 23, item 15). Fields this version does not know are kept as they are."""
+    hints = typing.get_type_hints(Manifest)
+    ok, problems = dict(data), []
+    for name in fields_of(Manifest):
+        if name not in data or data[name] is None:
+            continue
+        value, want = data[name], _plain_type(hints[name])
+        accepted = (str, int, float) if want is str else want  # a number where text is expected still reads
+        good = isinstance(value, accepted) and not (want is int and isinstance(value, bool))
+        if good and want is int and name == "world_size":
+            good = value > 0
+        if not good:
+            del ok[name]
+            what = {int: "a positive integer" if name == "world_size" else "an integer", str: "a string",
+                    list: "a list", dict: "an object"}.get(want, want.__name__)
+            problems.append(f"manifest.json: {name} = {value!r} is not {what}; ignored")
+    return ok, problems
+
+
+def _plain_type(hint: Any) -> type:
+    """The JSON type a field's annotation asks for (a record type is an object)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+        hint = args[0]
+    origin = typing.get_origin(hint) or hint
+    if dataclasses.is_dataclass(origin):
+        return dict
+    return origin if origin in (int, str, list, dict, float, bool) else object
+
+
 # ------------------------------------------------------------------ the one writer
 def load(run: RunDir) -> Manifest | None:
     """The run's manifest, typed; None when the run has none yet."""

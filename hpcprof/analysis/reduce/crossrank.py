@@ -77,6 +77,10 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     metas = {r: v.meta for r, v in keep.items()}
     nodes = node_names(manifest, metas)
     device = job_device(metas)
+    skew = ((manifest.get("drills") or {}).get("clock_skew") or {}) if isinstance(manifest.get("drills"), dict) else {}
+    if isinstance(skew, dict) and skew.get("node") is not None and nodes and skew["node"] not in set(nodes.values()):
+        warnings.append(f"the clock-skew drill names node {skew['node']!r}, where no analysed rank ran (nodes: "
+                        f"{', '.join(sorted({str(n) for n in nodes.values()}))}): it shifted no trace")
 
     steps_trace = rank_table(keep, "steps")
     colls = rank_table(keep, "collectives")
