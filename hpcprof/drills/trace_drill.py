@@ -5,7 +5,7 @@ been checked against a case whose answer is known. Live drills measure that answ
 here the delay is written into real GPU traces (real kernels, real collectives, real skew between
 ranks), so the answer is exact by construction and any verdict can be tested against it.
 
-Size: about 380 lines because matching, injection, propagation and re-measuring the truth must
+Size: about 400 lines because matching, injection, propagation and re-measuring the truth must
 agree on one model of a collective (end = last arrival + transfer), so they are kept together.
 
 Usage (also `python -m hpcprof.drills.trace_drill --help`):
