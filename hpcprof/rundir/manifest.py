@@ -163,13 +163,14 @@ class Outcome:
     step files, failures/ and liveness instead."""
 
     state: str
-    """completed, failed, interrupted (the launcher got SIGINT/SIGTERM and stopped the job),
+    """completed, failed, interrupted (the launcher got SIGINT/SIGTERM/SIGHUP and stopped the job,
+    or, killed itself, was outlived by its local ranks, which then stopped and wrote this),
     cancelled (SLURM says CANCELLED: scancel) or never_started (the submission was refused).
     A job SLURM ended for a time limit, memory or a lost node is failed, with SLURM's state as error."""
     time: str
     """When the launcher wrote it (ISO 8601 with offset)."""
     signal: str | None = None
-    """SIGINT or SIGTERM for interrupted."""
+    """SIGINT, SIGTERM or SIGHUP for interrupted (null when the launcher was killed)."""
     error: str | None = None
     """The one-line error of a refused submission, or of the failure."""
     first_failure: FirstFailure | None = None
@@ -229,6 +230,11 @@ class Manifest:
     """local, slurm, debug (python -m hpcprof.submit), sbatch (srun in an sbatch script) or torchrun."""
     job_id: str | None = None
     command_line: list[str] = field(default_factory=list)
+    launcher_host: str | None = None
+    """Host of the process that launched the job (``submit``, ``ladder``); null for sbatch and torchrun."""
+    launcher_pid: int | None = None
+    """Its pid: while it lives and no outcome is written, the job counts as running; local ranks die
+    with it (hpcprof.rank.lifeline)."""
     spec: dict[str, Any] = field(default_factory=dict)
     """The resolved spec (JobSpec.to_dict())."""
     world_size: int | None = None

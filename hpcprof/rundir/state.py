@@ -135,6 +135,23 @@ def pid_alive(pid: Any, foreign: bool = True) -> bool:
         return True
 
 
+def started_after(pid: int, iso_time: Any, slack_s: float = 5.0) -> bool:
+    """Whether process `pid` started later than `iso_time` (+ `slack_s`): then it is not the process
+    the manifest recorded at that time, but a later one given the same pid. False when unknown."""
+    if not isinstance(iso_time, str):
+        return False
+    try:
+        from datetime import datetime
+
+        when = datetime.strptime(iso_time, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        boot = next(float(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("btime "))
+        started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return started > when + slack_s
+
+
 def rank_entries_here(manifest: dict) -> list[dict]:
     """The manifest's rank entries (rank, node, pid) of the ranks that ran on this host."""
     host = socket.gethostname()
@@ -160,11 +177,16 @@ def _live(manifest: dict, newest: float | None, step_s: float | None) -> str | N
     """Why the job looks alive, or None."""
     host = socket.gethostname()
     out = manifest.get("outcome") if isinstance(manifest.get("outcome"), dict) else {}
+    attempts = manifest.get("attempts") if isinstance(manifest.get("attempts"), list) else []
+    last_start = attempts[-1].get("started") if attempts and isinstance(attempts[-1], dict) else None
     for e in rank_entries_here(manifest):
-        if pid_alive(e["pid"]):
+        # a pid alive but started after the attempt is another process that got the same number
+        if pid_alive(e["pid"]) and not started_after(e["pid"], last_start):
             return f"rank {e.get('rank')} (pid {e.get('pid')}) is alive on this host"
-    if manifest.get("launcher_host") == host and pid_alive(manifest.get("launcher_pid")) and not out:
-        return f"the launcher (pid {manifest.get('launcher_pid')}) is alive on this host"
+    launcher = manifest.get("launcher_pid")
+    if (manifest.get("launcher_host") == host and pid_alive(launcher) and not out
+            and not started_after(launcher, manifest.get("created"))):
+        return f"the launcher (pid {launcher}) is alive on this host"
     if manifest.get("executor") in ("slurm", "sbatch") and not out:
         active = _slurm_active(manifest.get("job_id"))
         if active is not None:
