@@ -56,6 +56,8 @@ def _stepping(run: Path, proc: subprocess.Popen, world: int = 2, timeout: float 
             assert len(tree) >= world + 1, f"expected a controller and {world} ranks: {tree}"
             return tree
         time.sleep(0.2)
+    for child in psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []:
+        child.kill()
     proc.kill()
     raise AssertionError(f"the run did not start stepping: {_finish(proc)}")
 
@@ -74,6 +76,24 @@ def _left_running(tree: list[psutil.Process], timeout: float = 30) -> list[str]:
     return left
 
 
+@pytest.fixture
+def reap():
+    """Processes a test started: whatever the outcome (a failed assertion, a timeout), none of them
+    outlives the test."""
+    procs: list = []
+    yield procs
+    for p in procs:
+        try:
+            if isinstance(p, subprocess.Popen):
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            elif p.is_running():
+                p.kill()
+        except (psutil.NoSuchProcess, OSError):
+            pass
+
+
 def _manifest(run: Path) -> dict:
     return json.loads((run / "manifest.json").read_text())
 
@@ -85,10 +105,12 @@ def _state(run: Path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP], ids=["SIGKILL", "SIGHUP"])
-def test_ranks_die_with_submit_and_the_manifest_says_so(tmp_path, sig):
+def test_ranks_die_with_submit_and_the_manifest_says_so(tmp_path, sig, reap):
     proc = _start(tmp_path, "hpcprof.submit", *SMALL, "--runs-dir", str(tmp_path), "--name", "r")
+    reap.append(proc)
     run = tmp_path / "r"
     tree = _stepping(run, proc)
+    reap.extend(tree)
     os.kill(proc.pid, sig)
     out, err = _finish(proc)
     left = _left_running(tree)
@@ -112,9 +134,11 @@ def _one_line(err: str) -> list[str]:
     return [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("job ")]
 
 
-def test_ctrl_c_of_submit_is_one_line_and_leaves_nothing(tmp_path):
+def test_ctrl_c_of_submit_is_one_line_and_leaves_nothing(tmp_path, reap):
     proc = _start(tmp_path, "hpcprof.submit", *SMALL, "--runs-dir", str(tmp_path), "--name", "r")
+    reap.append(proc)
     tree = _stepping(tmp_path / "r", proc)
+    reap.extend(tree)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
     out, err = _finish(proc)
     left = _left_running(tree)
@@ -126,14 +150,16 @@ def test_ctrl_c_of_submit_is_one_line_and_leaves_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C", "SIGKILL"])
-def test_stopping_the_ladder_stops_its_rung_and_keeps_the_record(tmp_path, how):
+def test_stopping_the_ladder_stops_its_rung_and_keeps_the_record(tmp_path, how, reap):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     for name in ("01-a.toml", "02-b.toml"):
         (jobs / name).write_text((REPO / "jobs" / "demo-local.toml").read_text())
     out_dir = tmp_path / "ladder"
     proc = _start(tmp_path, "hpcprof.ladder", str(jobs), "--out", str(out_dir), *SMALL[2:])
+    reap.append(proc)
     tree = _stepping(out_dir / "01-a", proc)
+    reap.extend(tree)
     if how == "SIGTERM":
         os.kill(proc.pid, signal.SIGTERM)
     elif how == "Ctrl-C":
@@ -169,7 +195,7 @@ while True:
 
 
 @pytest.mark.parametrize("stuck", ["python", "stuck"])
-def test_the_lifeline_stops_a_rank_whose_launcher_is_killed(tmp_path, stuck):
+def test_the_lifeline_stops_a_rank_whose_launcher_is_killed(tmp_path, stuck, reap):
     """The mechanism alone, in seconds: a stand-in launcher killed by SIGKILL; the rank stops on
     SIGINT, or, when SIGINT cannot stop it, exits after the grace (2 s here); rank 0 writes the
     outcome."""
@@ -183,6 +209,7 @@ def test_the_lifeline_stops_a_rank_whose_launcher_is_killed(tmp_path, stuck):
     launcher = subprocess.Popen(["sleep", "600"])
     rank = subprocess.Popen([sys.executable, "-c", _RANK, launcher_identity(launcher.pid), str(run.root), "0", "2", stuck],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reap.extend([launcher, rank])
     try:
         assert rank.stdout.readline().strip() == "armed"
         time.sleep(1.0)
