@@ -10,9 +10,14 @@ import argparse
 import sys
 from typing import Sequence
 
-from hpcprof.analysis import AnalysisError, analyze, console_summary
-from hpcprof.analysis.executors.slurm_array import add_slurm_arguments, slurm_options_from_args
-from hpcprof.cliparser import ArgumentParser, run_guarded
+if __name__ == "__main__":  # before the imports below (pandas...: seconds), Ctrl-C is one line
+    from hpcprof.cliparser import quiet_until_main
+
+    quiet_until_main("hpcprof.analyze")
+
+from hpcprof.analysis import AnalysisError, analyze, console_summary  # noqa: E402
+from hpcprof.analysis.executors.slurm_array import add_slurm_arguments, slurm_options_from_args  # noqa: E402
+from hpcprof.cliparser import ArgumentParser, main_handles_interrupts, run_guarded  # noqa: E402
 
 __all__ = ["analyze", "main"]
 
@@ -37,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         slurm = slurm_options_from_args(a)
     except ValueError as exc:
         ap.error(str(exc))
+    main_handles_interrupts()
     summary, rc = run_guarded("hpcprof.analyze", lambda: analyze(
         a.path, out=a.out, workers=a.workers, use_cache=not a.no_cache, ranks=a.ranks, cache_dir=a.cache_dir,
         progress=not a.quiet, executor=a.executor, slurm=slurm, timeline_steps=a.timeline_steps,

@@ -60,6 +60,35 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 
+def quiet_until_main(prog: str) -> None:
+    """Called first thing by a command's ``__main__`` shim: until its main() handles Ctrl-C itself,
+    Ctrl-C prints ``<prog>: interrupted`` and exits 130. Why: importing pandas, torch or
+    matplotlib takes seconds, and a Ctrl-C then printed the import's KeyboardInterrupt traceback
+    (issue 23, item 3). Nothing has started yet, so there is nothing to stop."""
+    import signal
+
+    def handler(signum, frame):
+        sys.stderr.write(f"{prog}: interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)
+
+    handler.quiet_until_main = True  # type: ignore[attr-defined]
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
+def main_handles_interrupts() -> None:
+    """After :func:`quiet_until_main`: Ctrl-C raises KeyboardInterrupt again (what
+    :func:`run_guarded` turns into one line). A handler someone else set (`submit --analyze`
+    runs this main inside its own) is left alone."""
+    import signal
+
+    if getattr(signal.getsignal(signal.SIGINT), "quiet_until_main", False):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run_guarded(prog: str, call, expected: tuple[type[BaseException], ...], what: str):
     """(result, None) from `call()`, or (None, exit code) after one line on stderr: 2 for an
     `expected` error (its message says what to do), 130 for Ctrl-C, 1 for anything unforeseen

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import sys
 
+if __name__ == "__main__":  # while the launcher's modules load, Ctrl-C is one line
+    from .cliparser import quiet_until_main
+
+    quiet_until_main("hpcprof.ladder")
+
 from .launch.ladder import find_rungs, main, run_ladder  # noqa: F401
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import sys
 
+if __name__ == "__main__":  # while the launcher's modules load, Ctrl-C is one line
+    from .cliparser import quiet_until_main
+
+    quiet_until_main("hpcprof.submit")
+
 from .launch.executors import choose_executor, make_executor, resolve_resources, slurm_reachable  # noqa: F401
 from .launch.submit import Launch, SubmitError, build_parser, launch, main, wait  # noqa: F401
 

@@ -19,12 +19,15 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
 from ..rundir import RunDir
+from ..rundir.layout import current_umask
 from .decode.load import file_digest
 from .outputs.layout import AnalysisDir
 
@@ -63,13 +66,57 @@ def _tables_intact(d: Path) -> bool:
     return True
 
 
+TMP_PREFIX = ".tmp-"
+STALE_TMP_S = 24 * 3600.0
+"""A temporary entry whose writer cannot be checked (another host, an older hpcprof's name) is
+removed once it is this old."""
+
+
+def _tmp_prefix() -> str:
+    """Temporary entries are named after their writer (host and pid), so that a later analysis can
+    tell the leftovers of a killed one from the work of one still running."""
+    host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())
+    return f"{TMP_PREFIX}{host}-{os.getpid()}-"
+
+
+def sweep_stale(cache_dir: str | os.PathLike) -> list[Path]:
+    """Remove the temporary entries of writers that are gone (an `analyze` killed by SIGKILL
+    leaves its worker's half-written entry: nothing runs in a killed process to remove it; issue 23
+    item 3): on this host when their pid no longer runs, elsewhere after STALE_TMP_S. Returns what
+    was removed."""
+    from ..rundir.state import pid_alive
+
+    root = Path(cache_dir)
+    host = _tmp_prefix()[len(TMP_PREFIX):].rsplit("-", 2)[0]
+    removed = []
+    try:
+        leftovers = [p for p in root.iterdir() if p.name.startswith(TMP_PREFIX) and p.is_dir()]
+    except OSError:
+        return removed
+    for p in leftovers:
+        parts = p.name[len(TMP_PREFIX):].rsplit("-", 2)
+        mine = len(parts) == 3 and parts[0] == host and parts[1].isdigit()
+        try:
+            if mine:
+                stale = not pid_alive(int(parts[1]))
+            else:
+                stale = time.time() - p.stat().st_mtime > STALE_TMP_S
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
 class EntryWriter:
     """Context manager: write tables into a temp dir, atomically publish on success."""
 
     def __init__(self, cache_dir: str | os.PathLike, digest: str):
         self.final = entry_dir(cache_dir, digest)
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir))
+        self.tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(), dir=cache_dir))
+        os.chmod(self.tmp, 0o777 & ~current_umask())  # mkdtemp makes it 0700: follow the umask
 
     def __enter__(self) -> Path:
         return self.tmp
@@ -118,6 +165,8 @@ def memo_hit(out: AnalysisDir, key: str) -> dict | None:
     try:
         s = json.loads(out.summary.read_text())
     except (OSError, ValueError):
+        return None
+    if not isinstance(s, dict):  # a summary.json holding [] or 42 is not ours: analyse again
         return None
     if s.get("inputs_key") != key or not out.report.is_file():
         return None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..rundir import RunDir, RunDirError, rank_from_name
+from ..rundir import manifest as run_manifest
 from ..rundir.state import run_state
 from . import cache
 from .decode.load import discover_traces
@@ -23,7 +24,7 @@ from .outputs.chart_plan import nothing_to_show
 from .outputs.charts import Charts, draw_charts
 from .outputs.console import console_summary
 from .outputs.critical_lane import critical_path_lane
-from .outputs.layout import AnalysisDir
+from .outputs.layout import TIMELINE_FILE, AnalysisDir
 from .outputs.rounding import round_summary
 from .outputs.report import write_report
 from .outputs.summary import build_summary, clean, write_summary
@@ -74,9 +75,11 @@ def analyze(
     warnings: list[str] = []
     if run.manifest_path.is_file():
         try:
-            manifest = run.read_manifest()
+            manifest, problems = run_manifest.checked(run.read_manifest())
+            warnings.extend(problems)
         except (RunDirError, OSError) as exc:
             warnings.append(f"manifest.json unreadable ({exc}); node names come from the traces")
+    _check_options(src, run, out, ranks, timeline_max_events, traces)
     if out is None and not (src.stat().st_mode & 0o222):
         # a read-only folder of traces (shared data sets): never write into it, even as root
         raise AnalysisError(f"{src} is read-only; pass --out DIR for the analysis outputs")
@@ -86,8 +89,7 @@ def analyze(
     if is_run and not discover_traces(src):
         state = run_state(src)  # a job still running, never started or crashed early: say so, in one line
         if state.partial:
-            raise AnalysisError(f"{state.describe()}; no trace yet in {run.traces_dir} (each rank writes one after "
-                                "its profiled steps): analyse again later")
+            raise AnalysisError(_no_trace_yet(state, run))
     files = _traces(Path(traces) if traces is not None else src, ranks, is_run)
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
     digests, key = cache.inputs_key(src, files, ranks, options=f"timeline={timeline_steps}/{timeline_max_events}")
@@ -105,9 +107,14 @@ def analyze(
                            traces=traces)
 
         captured = analyze_captures(src, out_dir.root, manifest, analyze_one, warnings)
+    cache.sweep_stale(cdir)  # what a killed analysis left half written
     results = run_map(executor, files, cdir, use_cache, workers=n_workers, progress=progress, digests=digests,
                       slurm=slurm, log_dir=out_dir.slurm_logs)
     keep, world_size = select_ranks(results, manifest, ranks, warnings)
+    if not keep and ranks is not None and any(r.ok for r in results):
+        found = sorted({r.meta["rank"] for r in results if r.ok})
+        raise AnalysisError(f"--ranks {' '.join(map(str, sorted(set(ranks))))}: no such rank in the traces of {src} "
+                            f"(ranks found: {', '.join(map(str, found))})")
     if not keep:
         raise AnalysisError("nothing could be analysed:\n  " + "\n  ".join(warnings or ["no usable trace"]))
 
@@ -129,6 +136,37 @@ def analyze(
     if console:
         print(console_summary(summary))
     return summary
+
+
+def _check_options(src: Path, run: RunDir, out, ranks, timeline_max_events, traces=None) -> None:
+    """Refuse, before anything is read or written, what would give wrong outputs: negative ranks,
+    a timeline budget below 1, and an output folder that is the folder the traces are read from
+    (the next analysis took its own merged timeline for a rank's trace)."""
+    bad = sorted({int(r) for r in ranks if int(r) < 0}) if ranks is not None else []
+    if bad:
+        raise AnalysisError(f"--ranks {' '.join(map(str, bad))}: ranks are numbered from 0")
+    if timeline_max_events is not None and int(timeline_max_events) < 1:
+        raise AnalysisError(f"--timeline-max-events {timeline_max_events}: the merged timeline's budget is a number "
+                            "of events >= 1 (default 1000000)")
+    if out is not None:
+        target = Path(out).resolve()
+        inputs = {src.resolve(), run.traces_dir.resolve()} | ({Path(traces).resolve()} if traces is not None else set())
+        if target in inputs:
+            raise AnalysisError(f"--out {out} is the folder the traces are read from; the outputs would be read as "
+                                f"inputs next time: choose another folder (default: {run.analysis_dir})")
+
+
+def _no_trace_yet(state, run: RunDir) -> str:
+    """Why a run directory without a trace cannot be analysed, and whether it ever can."""
+    if state.state == "running":
+        return (f"{state.describe()}; no trace yet in {run.traces_dir} (each rank writes one after its profiled "
+                "steps): analyse again later")
+    if state.state == "preempted":
+        return (f"{state.describe()}; no trace yet in {run.traces_dir}: analyse once the requeued job has run its "
+                "profiled steps")
+    # interrupted, failed, stopped, cancelled, never started: its processes are gone, no trace will come
+    return (f"{state.describe()}; no trace in {run.traces_dir}: the job ended before its profiled steps, and "
+            "nothing of it is running, so none will come (the step records stay in steps/)")
 
 
 def _output_files(out: AnalysisDir) -> list[str]:
@@ -164,6 +202,8 @@ def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], 
         lanes = [critical_path_lane(red.critical_path.links if red.critical_path is not None else None)]
         clocks, timeline = merged_timeline(out.root, keep, red.nodes, matching, warnings, timeline_steps, timeline_max_events,
                                            progress=progress, lanes=lanes)
+        if not timeline.get("path"):  # none written this time: an older one would pass for this analysis'
+            (out.root / TIMELINE_FILE).unlink(missing_ok=True)
         tables = {**output_tables(red), **views}
         omitted = nothing_to_show(red, views)
         plots = draw_charts(charts, red, out, views, omitted)
@@ -180,5 +220,8 @@ def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], 
         charts.wait()  # the report embeds the images
         write_report(out.root, clean(summary), tables, plots, omitted, manifest)
         return summary
+    except BaseException:
+        charts.stop()  # failed or interrupted: do not wait for the drawings
+        raise
     finally:
         charts.wait()

@@ -10,6 +10,19 @@ import numpy as np
 VERDICT_COLOURS = {"faster": "#2a7", "slower": "#c33"}
 
 
+def tick_labels(labels: list[str]) -> list[str]:
+    """Arm labels as the charts can draw them: a label with a character the chart font lacks (runs
+    named in CJK scripts, with matplotlib's DejaVu Sans) would be a row of boxes and a warning per
+    glyph; it becomes "arm <position>" (the position in compare.html's table, which shows the name)."""
+    try:
+        from matplotlib.font_manager import FontProperties, findfont, get_font
+
+        font = get_font(findfont(FontProperties()))
+    except Exception:
+        return labels
+    return [t if all(font.get_char_index(ord(c)) for c in t) else f"arm {i + 1}" for i, t in enumerate(labels)]
+
+
 def charts(out: Path, result: dict) -> dict[str, Path]:
     import matplotlib
 
@@ -18,7 +31,7 @@ def charts(out: Path, result: dict) -> dict[str, Path]:
 
     arms = result["arms"]
     runs = result["runs"]
-    labels = [a["label"] for a in arms]
+    labels = tick_labels([a["label"] for a in arms])
     x = np.arange(len(arms))
     plots: dict[str, Path] = {}
     use_sps = all(a["samples_per_s"] is not None for a in arms)

@@ -28,8 +28,11 @@ class Resolved:
 
 
 def _label(p: Path, taken: set[str]) -> str:
+    """The run's name as shown and as used in file names (tables/steps_<label>.csv): letters and
+    digits of any script are kept (runs named 実験 and 試験 were `_` and `_-2`), anything else
+    becomes `_`, and no label is hidden or a path (leading dots go: `..` is "run")."""
     base = p.name if p.name not in ("analysis", "traces", "") else p.resolve().parent.name
-    base = re.sub(r"[^A-Za-z0-9._-]+", "_", base) or "run"
+    base = re.sub(r"[^\w.-]+", "_", base).lstrip(".") or "run"
     label, k = base, 2
     while label in taken:
         label, k = f"{base}-{k}", k + 1

@@ -159,9 +159,27 @@ def verdict_text(v: dict) -> str:
     return v["verdict"]
 
 
+def _cells(text: str) -> int:
+    """Terminal columns `text` takes (East Asian wide and full-width characters take two)."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
+
+
+def _fit(text: str, width: int) -> str:
+    """`text` cut and padded to `width` terminal columns, so that the columns after it line up
+    (runs named 実験 and 試験 take two columns per character)."""
+    out = ""
+    for c in text:
+        if _cells(out + c) > width:
+            break
+        out += c
+    return out + " " * (width - _cells(out))
+
+
 def console_table(result: dict) -> str:
     arms = result["arms"]
-    w = min(40, max([len(a["label"]) for a in arms] + [3]))
+    w = min(40, max([_cells(a["label"]) for a in arms] + [3]))
     lines = [f"{'arm':<{w}} {'runs':>4} {'samples/s':>10} {'step ms':>9} {'data %':>7} {'GPU idle %':>10} {'change %':>9} "
              f"{'95% CI %':>17} {'basis':>11}  verdict"]
     for a in arms:
@@ -170,7 +188,7 @@ def console_table(result: dict) -> str:
         cis = f"[{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "-"
         n = f"{a['runs_used']}" if a["runs_used"] == len(a["runs"]) else f"{a['runs_used']}/{len(a['runs'])}"
         lines.append(
-            f"{a['label'][:w]:<{w}} {n:>4} {_f(a['samples_per_s']):>10} {_f(a['step_ms']):>9} {_f(a['data_wait_pct']):>7} "
+            f"{_fit(a['label'], w)} {n:>4} {_f(a['samples_per_s']):>10} {_f(a['step_ms']):>9} {_f(a['data_wait_pct']):>7} "
             f"{_f(a['gpu_idle_pct']):>10} {_f(v.get('change_pct'), sign=True) if v else '-':>9} {cis:>17} {v.get('basis') or '-':>11}  "
             f"{verdict_text(v)}")
     for a in arms:
@@ -190,7 +208,7 @@ def console_table(result: dict) -> str:
         lines.append("step breakdown, ms per step (mean per rank and run):")
         lines.append(f"  {'arm':<{w}} " + " ".join(f"{p[:12]:>12}" for p in parts))
         for a in arms:
-            lines.append(f"  {a['label'][:w]:<{w}} " + " ".join(f"{_f(a['breakdown_ms'].get(p)):>12}" for p in parts))
+            lines.append(f"  {_fit(a['label'], w)} " + " ".join(f"{_f(a['breakdown_ms'].get(p)):>12}" for p in parts))
     for m, nz in (result.get("noise") or {}).items():
         if m == "samples_per_s" or (m == "step_ms" and "samples_per_s" not in result["noise"]):
             lines.append(f"run-to-run noise ({m}): SD {_f(nz.get('sd_pct'))}% from {nz['source']}")

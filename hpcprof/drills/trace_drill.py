@@ -5,7 +5,7 @@ been checked against a case whose answer is known. Live drills measure that answ
 here the delay is written into real GPU traces (real kernels, real collectives, real skew between
 ranks), so the answer is exact by construction and any verdict can be tested against it.
 
-Size: about 380 lines because matching, injection, propagation and re-measuring the truth must
+Size: about 400 lines because matching, injection, propagation and re-measuring the truth must
 agree on one model of a collective (end = last arrival + transfer), so they are kept together.
 
 Usage (also `python -m hpcprof.drills.trace_drill --help`):
@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -299,15 +300,33 @@ def _apply(rt: RankTrace, shift: _Shift, fixed_end: dict[int, float]) -> None:
         e["ts"] = int(round(new_ts)) if isinstance(e["ts"], int) else new_ts
 
 
+MAX_STALL_MS = 600_000.0
+"""10 minutes: a longer stall before a collective would have ended a real job (NCCL's and gloo's
+default collective timeouts are 10 to 30 minutes)."""
+MAX_STRETCH = 1000.0
+"""A compute kernel 1000 times slower is already no longer the same job."""
+MAX_TOL_US = 1_000_000.0
+"""1 s: beyond, instances of a collective from different steps would be matched together."""
+
+
+def _in_range(option: str, value: float, low: float, high: float, unit: str) -> None:
+    """Refuse `value` unless low < value <= high (nan and infinities are never in range)."""
+    if not (math.isfinite(value) and low < value <= high):
+        raise DrillError(f"{option} {value}: must be a number > {low:g} and <= {high:g} {unit}")
+
+
 def inject(src, out, rank: int, *, stall_ms: float | None = None, before_collective: int | None = None,
            stretch: float | None = None, step: int | None = None, tol_us: float = DEFAULT_TOL_US) -> dict:
     """Write the drilled set to `out` and return the truth (see the module docstring)."""
     if (stall_ms is None) == (stretch is None):
         raise DrillError("choose one drill: --stall-ms D --before-collective K, or --stretch F")
-    if stall_ms is not None and (before_collective is None or stall_ms <= 0 or before_collective < 0):
-        raise DrillError(f"a stall needs --stall-ms > 0 and --before-collective >= 0 (got {stall_ms}, {before_collective})")
-    if stretch is not None and stretch <= 1:
-        raise DrillError(f"--stretch must be > 1 (got {stretch})")
+    if stall_ms is not None:
+        _in_range("--stall-ms", stall_ms, 0.0, MAX_STALL_MS, "ms")
+        if before_collective is None or before_collective < 0:
+            raise DrillError(f"a stall needs --before-collective >= 0 (got {before_collective})")
+    if stretch is not None:
+        _in_range("--stretch", stretch, 1.0, MAX_STRETCH, "x")
+    _in_range("--match-tol-us", tol_us, 0.0, MAX_TOL_US, "us")
     src, out = Path(src), Path(out)
     if out.resolve() == src.resolve():
         raise DrillError(f"{out}: the output folder must differ from the source (the source is never modified)")
@@ -390,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         info = inject(a.src, a.out, a.rank, stall_ms=a.stall_ms, before_collective=a.before_collective,
                       stretch=a.stretch, step=a.step, tol_us=a.match_tol_us)
     except DrillError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"python -m hpcprof.drills.trace_drill: error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(info, indent=1, default=str))
     print(f"injected job-time increase: {info['job_time_increase_ms']:.3f} ms over {info['n_steps']} profiled step(s)", file=sys.stderr)

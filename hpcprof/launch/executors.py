@@ -8,12 +8,16 @@ same impossible requests with the same words) and the analysis job array (same e
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..slurm.resources import SlurmResources
 from ..spec import JobSpec
@@ -87,6 +91,13 @@ def resolve_resources(spec: JobSpec, executor: str, default_gpus: int = 0, defau
         gpus = visible_gpus() if visible is None else visible
         if r.gpus_per_node > gpus:
             raise LaunchError(f"--gpus-per-node {r.gpus_per_node}: this machine has {gpus} visible GPU(s)")
+        skew = spec.drills.clock_skew_node_ms
+        host = socket.gethostname()
+        if skew and skew[0] != host:
+            # every rank of a local run is on this machine: a drill on another node would shift nothing
+            raise LaunchError(f"--inject-clock-skew {spec.drills.clock_skew}: node {skew[0]!r} runs no rank of a "
+                              f"{executor} run, whose only node is this machine, {host!r} "
+                              f"(e.g. --inject-clock-skew {host}:{skew[1]:g})")
         if executor == "debug":
             if r.tasks_per_node not in (0, 1):
                 print(f"hpcprof: the debug executor runs one rank in this process (tasks_per_node "
@@ -180,3 +191,31 @@ def make_executor(resources: SlurmResources, cluster: str, folder: str | Path, p
     ex = submitit.AutoExecutor(folder=str(folder), cluster=cluster, **kwargs)
     ex.update_parameters(**resources.submitit_parameters(cluster), **params)
     return ex
+
+
+CONTROLLER_LOG = "submitit-controller.log"
+"""The local controller's own output, in the run's logs/ (it is silent unless it fails)."""
+
+
+@contextlib.contextmanager
+def local_controller_apart(cluster: str, logs_dir: str | Path) -> Iterator[None]:
+    """While submitting to the local executor: submitit's controller process (which starts the
+    ranks) runs in its own session, its output in ``logs_dir/CONTROLLER_LOG``. Why: in the
+    terminal's process group it received every Ctrl-C along with `submit` and printed its
+    KeyboardInterrupt traceback on the user's terminal (issue 23, item 3); apart, only `submit`
+    gets the Ctrl-C and stops the ranks itself (hpcprof.launch.outcome.stop_local_job), and the ranks
+    die with `submit` however it ends (hpcprof.rank.lifeline). Other executors: nothing changes."""
+    if cluster != "local":
+        yield
+        return
+    from unittest import mock
+
+    import submitit.local.local as local_executor
+
+    Path(logs_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(logs_dir) / CONTROLLER_LOG, "ab") as log:
+        popen = functools.partial(subprocess.Popen, start_new_session=True, stdin=subprocess.DEVNULL,
+                                  stdout=log, stderr=subprocess.STDOUT)
+        # only submitit's local module sees this Popen (start_controller is its one user here)
+        with mock.patch.object(local_executor, "subprocess", types.SimpleNamespace(Popen=popen)):
+            yield

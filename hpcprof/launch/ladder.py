@@ -32,6 +32,7 @@ Layout of --out (default ``<runs dir>/ladder-<JOBS_DIR name>-<time>``)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..cliparser import ArgumentParser
+from .outcome import Interrupted, signals_raise
 
 RUNG_RE = re.compile(r"^(\d+)[-_].*\.toml$")
 
@@ -58,7 +60,7 @@ class RungRun:
     replicate: int
     """k, 1-based."""
     status: str = "pending"
-    """pending, submitted, ok, failed, not launched or not analysed."""
+    """pending, submitted, ok, failed, not launched, not analysed or interrupted."""
     error: str | None = None
     run_dir: str | None = None
     job_id: str | None = None
@@ -208,29 +210,37 @@ def run_ladder(jobs_dir: Path, options: list[str], out: Path, through: int | Non
     launches = []
     prev_job = None
     done = 0
-    for k in range(repeat):
-        for rung in rungs:
-            if k >= len(rung.runs):
-                continue
-            rr = rung.runs[k]
-            done += 1
-            log(f"hpcprof.ladder: run {done}/{total}: {rr.name} ({rung.file.name})")
-            dep = f"afterany:{prev_job}" if prev_job else None
-            ln = _launch_rung(rung, rr, options, out, dep, repeat, log)
-            if ln is not None:
-                rr.run_dir, rr.job_id, rr.status = str(ln.run.root), str(ln.job.job_id), "submitted"
-                if ln.executor == "slurm":
-                    prev_job = rr.job_id  # the next run starts after this one ends
-                    launches.append((rr, ln))
-                else:
-                    _finish(rr, ln, wait, EXIT_OK, analyze, AnalysisError, workers, log)
-            rung.settle()
+    current = None  # (run, launch) being waited for or analysed: what an interruption must stop
+    try:
+        for k in range(repeat):
+            for rung in rungs:
+                if k >= len(rung.runs):
+                    continue
+                rr = rung.runs[k]
+                done += 1
+                log(f"hpcprof.ladder: run {done}/{total}: {rr.name} ({rung.file.name})")
+                dep = f"afterany:{prev_job}" if prev_job else None
+                ln = _launch_rung(rung, rr, options, out, dep, repeat, log)
+                if ln is not None:
+                    rr.run_dir, rr.job_id, rr.status = str(ln.run.root), str(ln.job.job_id), "submitted"
+                    if ln.executor == "slurm":
+                        prev_job = rr.job_id  # the next run starts after this one ends
+                        launches.append((rr, ln))
+                    else:
+                        current = (rr, ln)
+                        _finish(rr, ln, wait, EXIT_OK, analyze, AnalysisError, workers, log)
+                        current = None
+                rung.settle()
+                _record(out, record, rungs)
+        for rr, ln in launches:  # SLURM: all submitted with dependencies; now wait in order
+            current = (rr, ln)
+            _finish(rr, ln, wait, EXIT_OK, analyze, AnalysisError, workers, log)
+            current = None
+            for rung in rungs:
+                rung.settle()
             _record(out, record, rungs)
-    for rr, ln in launches:  # SLURM: all submitted with dependencies; now wait in order
-        _finish(rr, ln, wait, EXIT_OK, analyze, AnalysisError, workers, log)
-        for rung in rungs:
-            rung.settle()
-        _record(out, record, rungs)
+    except Interrupted as exc:
+        raise LadderInterrupted(exc, _stop_ladder(exc, rungs, current, out, record)) from None
     ok = [rr.run_dir for r in rungs for rr in r.runs if rr.status == "ok"]  # rung by rung: the first rung is the baseline arm
     if len(ok) >= 2:
         from ..compare import CompareError, compare
@@ -249,6 +259,42 @@ def run_ladder(jobs_dir: Path, options: list[str], out: Path, through: int | Non
     _record(out, record, rungs)
     record["rungs"] = [_jsonable(r) for r in rungs]
     return record
+
+
+class LadderInterrupted(Exception):
+    """The ladder stopped on SIGINT/SIGTERM/SIGHUP after stopping its running run and writing
+    ladder.json; the message is the one line for the user."""
+
+    def __init__(self, exc: Interrupted, message: str):
+        super().__init__(message)
+        self.signum = exc.signum
+
+
+def _stop_ladder(exc: Interrupted, rungs: list[Rung], current, out: Path, record: dict) -> str:
+    """Stop the run in flight (a local job and its ranks, as `submit` does), mark every run that
+    will not run 'not launched', write ladder.json; the one line that says so. Why: a SIGTERM
+    killed the ladder on the spot (no ladder.json, the rung's ranks orphaned) and Ctrl-C hung it
+    (issue 23, item 2)."""
+    from .submit import stop_interrupted
+
+    # SLURM runs are submitted ahead, each after the previous one: they run on without the ladder
+    stopped = current[0] if current is not None and current[1].executor != "slurm" else None
+    still = [rr.job_id for r in rungs for rr in r.runs if rr.status == "submitted" and rr.job_id and rr is not stopped]
+    if current is not None:
+        rr, ln = current
+        rr.status, rr.error = "interrupted", stop_interrupted(ln, exc)
+    for r in rungs:
+        for rr in r.runs:
+            if rr.status == "pending":
+                rr.status, rr.error = "not launched", f"the ladder was interrupted by {exc.name}"
+        r.settle()
+    record["interrupted"] = exc.name
+    with contextlib.suppress(LadderError):
+        _record(out, record, rungs)
+    line = f"interrupted by {exc.name}" + (f" during {current[0].name}" if current is not None else "")
+    if still:
+        line += f"; SLURM job(s) {' '.join(still)} keep running (stop them with: scancel {' '.join(still)})"
+    return line + f"; the finished runs and the record stay in {out} (ladder.json)"
 
 
 def _finish(rr: RungRun, ln, wait, exit_ok: int, analyze, analysis_error, workers, log) -> None:
@@ -307,13 +353,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs_dir = Path(args.jobs_dir)
     out = Path(args.out) if args.out else Path("runs") / f"ladder-{jobs_dir.resolve().name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        record = run_ladder(jobs_dir, options, out, args.through, args.analysis_workers, repeat=args.repeat)
+        with signals_raise():
+            record = run_ladder(jobs_dir, options, out, args.through, args.analysis_workers, repeat=args.repeat)
     except ValueError as exc:
         print(f"hpcprof.ladder: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("hpcprof.ladder: interrupted; finished rungs stay in their run directories", file=sys.stderr)
-        return 130
+    except LadderInterrupted as exc:
+        print(f"hpcprof.ladder: {exc}", file=sys.stderr)
+        return 128 + exc.signum
+    except Interrupted as exc:  # outside a run (checking the rungs, comparing): nothing to stop
+        print(f"hpcprof.ladder: interrupted by {exc.name}; finished runs stay in their run directories", file=sys.stderr)
+        return 128 + exc.signum
     from ..compare import console_table
 
     print("")

@@ -36,7 +36,7 @@ _SUBMIT_HINTS = (
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached `submit` (a BaseException, like KeyboardInterrupt: nothing should
+    """SIGINT, SIGTERM or SIGHUP reached `submit` (a BaseException, like KeyboardInterrupt: nothing should
     swallow it on the way up)."""
 
     def __init__(self, signum: int):
@@ -45,11 +45,16 @@ class Interrupted(BaseException):
         self.name = signal.Signals(signum).name
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What stops a launcher cleanly: Ctrl-C, kill, and the terminal closing (SIGHUP used to kill
+`submit` on the spot and leave its job running)."""
+
+
 @contextlib.contextmanager
 def _signals_set_to(handler) -> Iterator[None]:
-    """SIGINT and SIGTERM go to `handler` inside the block (left alone outside the main thread)."""
+    """STOP_SIGNALS go to `handler` inside the block (left alone outside the main thread)."""
     try:
-        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
@@ -61,8 +66,8 @@ def _signals_set_to(handler) -> Iterator[None]:
 
 
 def signals_raise():
-    """Inside the block, SIGINT and SIGTERM raise :class:`Interrupted` (SIGTERM would otherwise kill
-    this process at once and leave the job's processes running, orphaned)."""
+    """Inside the block, SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (SIGTERM and SIGHUP
+    would otherwise kill this process at once, before it could stop the job's processes)."""
     def handler(signum, frame):
         raise Interrupted(signum)
 
@@ -104,14 +109,25 @@ def rank_pids_here(manifest: dict) -> list[int]:
     return [e["pid"] for e in rank_entries_here(manifest)]
 
 
+def children_of(pid: int) -> list[int]:
+    """The child processes of `pid` (Linux /proc; elsewhere none)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]:
-    """Stop a local submitit job and every process it runs: SIGINT to the ranks (each stops where it
-    is, its peers see the closed connection; the controller then sees every rank gone and exits
-    quietly), or to the controller when the ranks are not known yet (it forwards SIGINT, then
-    SIGKILL, to them, printing its own KeyboardInterrupt); after `grace_s`, SIGKILL to whatever of
-    it is still alive. Returns the pids that had to be killed."""
+    """Stop a local submitit job and every process it runs: SIGINT to the ranks (the controller's
+    children and the manifest's rank pids: each stops where it is, its peers see the closed
+    connection; the controller then sees every rank gone and exits quietly), or to the controller
+    when there are no ranks yet (it forwards SIGINT, then SIGKILL, to them; its KeyboardInterrupt
+    goes to logs/submitit-controller.log); after `grace_s`, SIGKILL to whatever of it is still
+    alive. Returns the pids that had to be killed."""
     process = getattr(job, "_process", None)
-    pids = rank_pids_here(manifest)
+    # the ranks: the controller's children (started before rank 0 could list them) and the manifest's
+    pids = sorted(set(rank_pids_here(manifest)) | set(children_of(process.pid) if process is not None else []))
     for pid in pids:
         if _alive(pid):
             with contextlib.suppress(OSError):

@@ -22,7 +22,9 @@ import contextlib
 import copy
 import dataclasses
 import io
+import os
 import shlex
+import socket
 import statistics
 import subprocess
 import sys
@@ -35,7 +37,8 @@ from ..rundir import RunDir, RunDirError, default_run_name
 from ..rundir import manifest as run_manifest
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, split_passthrough, validate_run_name
-from .executors import LaunchError, choose_executor, geometry_warnings, make_executor, resolve_resources
+from .executors import (LaunchError, choose_executor, geometry_warnings, local_controller_apart, make_executor,
+                        resolve_resources)
 from .outcome import (Interrupted, ended_by_scheduler, first_failure, quiet_pdb, record_outcome, refuse_existing,
                       remove_never_started, signals_ignored, signals_raise, stop_local_job, submission_error)
 
@@ -79,7 +82,9 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print, replicate: r
     try:
         run.create(spec)
         command_line = list(argv if argv is not None else sys.argv)
-        run_manifest.write(run, run_manifest.Manifest.at_launch(spec, name, executor, world, command_line, replicate=replicate))
+        manifest = run_manifest.Manifest.at_launch(spec, name, executor, world, command_line, replicate=replicate)
+        manifest.launcher_host, manifest.launcher_pid = socket.gethostname(), os.getpid()
+        run_manifest.write(run, manifest)
     except OSError as exc:
         remove_never_started(run)
         raise LaunchError(f"cannot write the run directory {run.root} ({exc.strerror or exc}); "
@@ -87,13 +92,16 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print, replicate: r
     log(f"hpcprof: run directory {run.root}")
     from submitit.core.utils import FailedJobError
 
+    from ..rank.lifeline import launcher_identity
     from ..rank.task import TrainTask
 
+    # local ranks die with this process, however it ends (hpcprof.rank.lifeline)
+    task = TrainTask(spec, str(run.root.resolve()), launcher=launcher_identity() if executor == "local" else None)
     try:
         # submitit prints sbatch's stderr itself before raising: keep it for the one-line error
-        with contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stderr(io.StringIO()), local_controller_apart(executor, run.logs_dir):
             ex = make_executor(spec.resources, executor, run.logs_dir)
-            job = ex.submit(TrainTask(spec, str(run.root.resolve())))
+            job = ex.submit(task)
     except (FailedJobError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
         # the job never started: leave nothing that looks like a run, so that the name can be used again
         remove_never_started(run, error=submission_error(exc))
@@ -213,20 +221,30 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
     return EXIT_FAILED
 
 
-def _interrupted(launched: "Launch | None", exc: Interrupted) -> int:
-    """SIGINT/SIGTERM: stop every process this command started, record it, one line."""
+def stop_interrupted(launched: "Launch | None", exc: Interrupted) -> str:
+    """SIGINT/SIGTERM/SIGHUP: stop every process this command started (a local job), record it in
+    the manifest, and return the one line that says so (the caller names itself before it)."""
     with signals_ignored():
         if launched is None:
-            print(f"hpcprof.submit: interrupted by {exc.name} before the job was submitted", file=sys.stderr)
-        elif launched.executor == "slurm":
-            print(f"hpcprof.submit: interrupted by {exc.name}; SLURM job {launched.job.job_id} keeps running "
-                  f"(stop it with: scancel {launched.job.job_id}); run directory {launched.run.root}", file=sys.stderr)
-        else:
-            killed = stop_local_job(launched.job, launched.run.read_manifest()) if launched.executor == "local" else []
-            record_outcome(launched.run, "interrupted", sig=exc.name)
-            extra = f" ({len(killed)} process(es) had to be killed)" if killed else ""
-            print(f"hpcprof.submit: interrupted by {exc.name}: job {launched.job.job_id} and its ranks were stopped{extra}; "
-                  f"what they wrote stays in {launched.run.root}", file=sys.stderr)
+            return f"interrupted by {exc.name} before the job was submitted"
+        if launched.executor == "slurm":
+            return (f"interrupted by {exc.name}; SLURM job {launched.job.job_id} keeps running "
+                    f"(stop it with: scancel {launched.job.job_id}); run directory {launched.run.root}")
+        try:
+            manifest = launched.run.read_manifest()
+        except (RunDirError, OSError):
+            manifest = {}
+        if manifest.get("outcome"):  # the job had ended (Ctrl-C during --analyze)
+            return f"interrupted by {exc.name} after job {launched.job.job_id} ended; its run directory is {launched.run.root}"
+        killed = stop_local_job(launched.job, manifest) if launched.executor == "local" else []
+        record_outcome(launched.run, "interrupted", sig=exc.name)
+        extra = f" ({len(killed)} process(es) had to be killed)" if killed else ""
+        return (f"interrupted by {exc.name}: job {launched.job.job_id} and its ranks were stopped{extra}; "
+                f"what they wrote stays in {launched.run.root}")
+
+
+def _interrupted(launched: "Launch | None", exc: Interrupted) -> int:
+    print(f"hpcprof.submit: {stop_interrupted(launched, exc)}", file=sys.stderr)
     return 128 + exc.signum
 
 

@@ -8,6 +8,7 @@ the step numbers continue."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from submitit.helpers import Checkpointable
@@ -16,10 +17,13 @@ from ..spec import JobSpec, spec_from_dict
 
 
 class TrainTask(Checkpointable):
-    def __init__(self, spec: JobSpec, run_root: str):
+    def __init__(self, spec: JobSpec, run_root: str, launcher: str | None = None):
         # Keep a plain dict: the pickle stays readable across hpcprof versions.
         self.spec_dict = spec.to_dict()
         self.run_root = str(run_root)
+        self.launcher = launcher
+        """The launching process (hpcprof.rank.lifeline.launcher_identity) for local runs: the ranks
+        die with it. None on SLURM, where the job outlives the command that submitted it."""
 
     def __call__(self) -> dict[str, Any]:
         import submitit
@@ -31,5 +35,10 @@ class TrainTask(Checkpointable):
             env = submitit.JobEnvironment()
             log = FailureContext.log_for_rank(str(env.paths.stderr), env.global_rank)
         except Exception:  # not under a submitit job (a test calling the task): no log to name
-            log = None
+            env, log = None, None
+        launcher = getattr(self, "launcher", None)  # tasks pickled by older versions have none
+        if launcher and env is not None and os.environ.get("SUBMITIT_EXECUTOR") == "local":
+            from .lifeline import die_with_launcher
+
+            die_with_launcher(launcher, self.run_root, env.global_rank)
         return run_rank(spec_from_dict(self.spec_dict), self.run_root, log=log)

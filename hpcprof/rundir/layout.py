@@ -62,11 +62,41 @@ def default_run_name(spec: JobSpec, world_size: int) -> str:
     return f"{label}-{world_size}r-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def current_umask() -> int:
+    """The process' umask, read without changing it where Linux shows it (/proc/self/status);
+    elsewhere set and restored at once."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode(path: Path, executable: bool = False) -> int:
+    """The mode a file written in place at `path` would have: the existing file's mode when it
+    is replaced, else what the umask leaves of 0666 (0777 for an executable). Why: tempfile creates
+    its files 0600, and a temporary file renamed into place kept that, so manifest.json, spec.toml
+    and summary.json were unreadable to the group on a shared $WORK, unlike every other file (issue
+    23, item 6)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return (0o777 if executable else 0o666) & ~current_umask()
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write through a temporary file in the same folder, then rename: readers never see half a file."""
+    """Write through a temporary file in the same folder, then rename: readers never see half a file.
+    The file gets the mode a plain write would give it (:func:`new_file_mode`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = new_file_mode(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
@@ -231,6 +261,17 @@ class RunDir:
             problems.append(f"{path.parent.name}/{path.name}: {len(recs) - len(good)} line(s) without an integer "
                             "'step' are not step records; skipped")
         return good
+
+    def usable_steps(self, rank: int, max_step: int | None = None, problems: list[str] | None = None) -> list[dict[str, Any]]:
+        """The step records of one rank that can enter any figure, by step: :meth:`read_steps` less
+        the records hpcprof.rundir.records.step_record_problem refuses (another rank's, a step out of
+        0..max_step-1, a step time that is not a finite positive number, a batch of 0...), which
+        are named in `problems`."""
+        from .records import usable_step_records
+
+        path = self.steps_path(rank)
+        return usable_step_records(self.read_steps(rank, problems), rank, max_step,
+                                   f"{path.parent.name}/{path.name}", problems)
 
     def step_ranks(self) -> list[int]:
         ranks = (rank_from_name(p.name) for p in self.steps_dir.glob(STEPS_TEMPLATE.format(rank="*")))

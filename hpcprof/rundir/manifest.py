@@ -163,13 +163,14 @@ class Outcome:
     step files, failures/ and liveness instead."""
 
     state: str
-    """completed, failed, interrupted (the launcher got SIGINT/SIGTERM and stopped the job),
+    """completed, failed, interrupted (the launcher got SIGINT/SIGTERM/SIGHUP and stopped the job,
+    or, killed itself, was outlived by its local ranks, which then stopped and wrote this),
     cancelled (SLURM says CANCELLED: scancel) or never_started (the submission was refused).
     A job SLURM ended for a time limit, memory or a lost node is failed, with SLURM's state as error."""
     time: str
     """When the launcher wrote it (ISO 8601 with offset)."""
     signal: str | None = None
-    """SIGINT or SIGTERM for interrupted."""
+    """SIGINT, SIGTERM or SIGHUP for interrupted (null when the launcher was killed)."""
     error: str | None = None
     """The one-line error of a refused submission, or of the failure."""
     first_failure: FirstFailure | None = None
@@ -229,6 +230,11 @@ class Manifest:
     """local, slurm, debug (python -m hpcprof.submit), sbatch (srun in an sbatch script) or torchrun."""
     job_id: str | None = None
     command_line: list[str] = field(default_factory=list)
+    launcher_host: str | None = None
+    """Host of the process that launched the job (``submit``, ``ladder``); null for sbatch and torchrun."""
+    launcher_pid: int | None = None
+    """Its pid: while it lives and no outcome is written, the job counts as running; local ranks die
+    with it (hpcprof.rank.lifeline)."""
     spec: dict[str, Any] = field(default_factory=dict)
     """The resolved spec (JobSpec.to_dict())."""
     world_size: int | None = None
@@ -326,6 +332,40 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             raise RunDirError(f"manifest.json: {where} should be a list, found {type(value).__name__}")
         return [_from_dict(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
     return value
+
+
+def checked(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The manifest as read (a plain dict), less the top-level fields whose value is not of their
+    declared type, and one problem per field left out, naming it. Why: readers use the fields as
+    they find them; `world_size: "two"` made the analysis skip every trace as "from another job"
+    (issue 23, item 15). Fields this version does not know are kept as they are."""
+    hints = typing.get_type_hints(Manifest)
+    ok, problems = dict(data), []
+    for name in fields_of(Manifest):
+        if name not in data or data[name] is None:
+            continue
+        value, want = data[name], _plain_type(hints[name])
+        accepted = (str, int, float) if want is str else want  # a number where text is expected still reads
+        good = isinstance(value, accepted) and not (want is int and isinstance(value, bool))
+        if good and want is int and name == "world_size":
+            good = value > 0
+        if not good:
+            del ok[name]
+            what = {int: "a positive integer" if name == "world_size" else "an integer", str: "a string",
+                    list: "a list", dict: "an object"}.get(want, want.__name__)
+            problems.append(f"manifest.json: {name} = {value!r} is not {what}; ignored")
+    return ok, problems
+
+
+def _plain_type(hint: Any) -> type:
+    """The JSON type a field's annotation asks for (a record type is an object)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+        hint = args[0]
+    origin = typing.get_origin(hint) or hint
+    if dataclasses.is_dataclass(origin):
+        return dict
+    return origin if origin in (int, str, list, dict, float, bool) else object
 
 
 # ------------------------------------------------------------------ the one writer

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,76 @@ class StepRecord:
 STEP_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepRecord))
 STEP_TIME_KEYS: tuple[str, ...] = tuple(k for k in STEP_KEYS if k.endswith("_s") and k != "trace_export_s")
 """The host timings of a step record, in seconds (the analysis reports them in ms)."""
+
+
+MAX_STEP = 10**9
+"""Step numbers at or above this are refused when the planned step count is unknown (10^9 steps of
+1 ms are 11 days: a larger number is a corrupt record, not a run)."""
+
+
+def step_record_problem(rec: dict[str, Any], file_rank: int, max_step: int | None = None) -> str | None:
+    """Why the step record `rec` of steps/rank-<file_rank>.jsonl cannot enter the figures (the field,
+    and what is wrong with it), or None when it can. `max_step`: the planned step count (steps run
+    0..max_step-1), else MAX_STEP.
+
+    Why: records with step_s NaN, inf or negative, batch_size 0, step 10^18 or another rank's
+    number were used as they were: an interval with a lower bound of 0.0 samples/s, a run
+    "completed" by one absurd step number, a copied file counted as a rank (issue 23, item 11)."""
+    rank = rec.get("rank")
+    if rank is not None and (not _is_int(rank) or rank != file_rank):
+        return f"rank ({rank!r}: the file is rank {file_rank}'s)"
+    step = rec.get("step")
+    limit = max_step if isinstance(max_step, int) and max_step > 0 else MAX_STEP
+    if not _is_int(step) or not 0 <= step < limit:
+        return f"step ({step!r}: outside 0..{limit - 1})"
+    if not _is_number(rec.get("step_s")) or rec["step_s"] <= 0:
+        return f"step_s ({rec.get('step_s')!r}: not a finite number > 0)"
+    for key in STEP_TIME_KEYS:
+        value = rec.get(key)
+        if key != "step_s" and value is not None and not (_is_number(value) and value >= 0):
+            return f"{key} ({value!r}: not a finite number >= 0)"
+    batch = rec.get("batch_size")
+    if batch is not None and not (_is_int(batch) and batch >= 1):
+        return f"batch_size ({batch!r}: not an integer >= 1)"
+    return None
+
+
+def usable_step_records(records: list[dict[str, Any]], file_rank: int, max_step: int | None = None,
+                        where: str | None = None, problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """The records of one steps file that can enter the figures (:func:`step_record_problem`; of a
+    step recorded twice, the last record), the others named in `problems`, one line per file:
+    "<where>: N record(s) excluded from the figures: <field> (<value>: why) at step(s) ...". """
+    good: dict[int, dict[str, Any]] = {}
+    bad: dict[str, list[Any]] = {}
+    twice: list[int] = []
+    for rec in records:
+        why = step_record_problem(rec, file_rank, max_step)
+        if why is not None:
+            bad.setdefault(why.split(" (")[0], []).append((rec.get("step"), why))
+            continue
+        if rec["step"] in good:
+            twice.append(rec["step"])
+        good[rec["step"]] = rec
+    if problems is not None and (bad or twice):
+        where = where or f"steps/rank-{file_rank}.jsonl"
+        parts = []
+        for field, items in bad.items():
+            steps = ", ".join(str(s) for s, _ in items[:5]) + (", ..." if len(items) > 5 else "")
+            parts.append(f"{len(items)} with {items[0][1]} at step(s) {steps}")
+        if twice:
+            parts.append(f"{len(twice)} step(s) recorded twice ({', '.join(map(str, twice[:5]))}): the last record kept")
+        n = sum(len(v) for v in bad.values())
+        problems.append(f"{where} (rank {file_rank}): {n} record(s) excluded from the step-time and throughput "
+                        f"figures: " + "; ".join(parts))
+    return [good[s] for s in sorted(good)]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 class StepWriter:

@@ -97,15 +97,16 @@ def describe(st: dict | None) -> str:
     return f"run state: {text}"
 
 
-def _steps(run: RunDir, world: int | None) -> tuple[dict[int, int], float | None, float | None]:
-    """Per rank, steps finished (last step + 1); the newest step-file mtime; the median step time."""
+def _steps(run: RunDir, world: int | None, planned: int | None) -> tuple[dict[int, int], float | None, float | None]:
+    """Per rank, steps finished (last usable step + 1: a record of another rank or a step number out
+    of range counts for nothing); the newest step-file mtime; the median step time."""
     done: dict[int, int] = {}
     newest = None
     times: list[float] = []
     for r in run.step_ranks():
         if world is not None and not 0 <= r < world:
             continue
-        recs = [x for x in run.read_steps(r) if isinstance(x, dict) and isinstance(x.get("step"), int)]
+        recs = run.usable_steps(r, planned)
         done[r] = max((x["step"] for x in recs), default=-1) + 1
         times += [float(x["step_s"]) for x in recs[-20:] if isinstance(x.get("step_s"), (int, float))]
         try:
@@ -134,6 +135,23 @@ def pid_alive(pid: Any, foreign: bool = True) -> bool:
         return True
 
 
+def started_after(pid: int, iso_time: Any, slack_s: float = 5.0) -> bool:
+    """Whether process `pid` started later than `iso_time` (+ `slack_s`): then it is not the process
+    the manifest recorded at that time, but a later one given the same pid. False when unknown."""
+    if not isinstance(iso_time, str):
+        return False
+    try:
+        from datetime import datetime
+
+        when = datetime.strptime(iso_time, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        boot = next(float(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("btime "))
+        started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return started > when + slack_s
+
+
 def rank_entries_here(manifest: dict) -> list[dict]:
     """The manifest's rank entries (rank, node, pid) of the ranks that ran on this host."""
     host = socket.gethostname()
@@ -159,11 +177,16 @@ def _live(manifest: dict, newest: float | None, step_s: float | None) -> str | N
     """Why the job looks alive, or None."""
     host = socket.gethostname()
     out = manifest.get("outcome") if isinstance(manifest.get("outcome"), dict) else {}
+    attempts = manifest.get("attempts") if isinstance(manifest.get("attempts"), list) else []
+    last_start = attempts[-1].get("started") if attempts and isinstance(attempts[-1], dict) else None
     for e in rank_entries_here(manifest):
-        if pid_alive(e["pid"]):
+        # a pid alive but started after the attempt is another process that got the same number
+        if pid_alive(e["pid"]) and not started_after(e["pid"], last_start):
             return f"rank {e.get('rank')} (pid {e.get('pid')}) is alive on this host"
-    if manifest.get("launcher_host") == host and pid_alive(manifest.get("launcher_pid")) and not out:
-        return f"the launcher (pid {manifest.get('launcher_pid')}) is alive on this host"
+    launcher = manifest.get("launcher_pid")
+    if (manifest.get("launcher_host") == host and pid_alive(launcher) and not out
+            and not started_after(launcher, manifest.get("created"))):
+        return f"the launcher (pid {launcher}) is alive on this host"
     if manifest.get("executor") in ("slurm", "sbatch") and not out:
         active = _slurm_active(manifest.get("job_id"))
         if active is not None:
@@ -184,14 +207,15 @@ def run_state(path: str | os.PathLike) -> RunState:
         manifest = {}
     if not manifest and not run.steps_dir.is_dir():
         return RunState("unknown", partial=False, evidence="no manifest.json, no steps/")
-    world = manifest.get("world_size") if isinstance(manifest.get("world_size"), int) else None
+    world = manifest.get("world_size")
+    world = world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else None
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     planned = (spec.get("train") or {}).get("steps") if isinstance(spec.get("train"), dict) else None
-    planned = planned if isinstance(planned, int) else None
+    planned = planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0 else None
     job_id = manifest.get("job_id")
     job_id = str(job_id) if job_id is not None else None
     outcome = manifest.get("outcome") if isinstance(manifest.get("outcome"), dict) else {}
-    done, newest, step_s = _steps(run, world)
+    done, newest, step_s = _steps(run, world, planned)
     ranks = range(world) if world else sorted(done)
     steps_done = min((done.get(r, 0) for r in ranks), default=0)
     base = dict(steps_done=steps_done, steps_planned=planned, job_id=job_id)

@@ -55,6 +55,7 @@ from ..launch.executors import LaunchError, geometry_warnings, resolve_resources
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, override_items, spec_from_args, split_passthrough
 from .resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset, SlurmResources
+from .script_io import RenderError, read_template, write_script
 
 TEMPLATE_SUFFIX = ".sbatch"
 GPU_REQUESTS = ("gres", "gpus-per-node")
@@ -76,10 +77,6 @@ def templates_dir() -> Path:
 
 BLOCK_RE = re.compile(r"^(?P<open># >>> hpcprof:(?P<name>[a-z]+)\b[^\n]*\n)(?P<body>.*?)"
                       r"(?P<close>^# <<< hpcprof:(?P=name)\n)", re.M | re.S)
-
-
-class RenderError(ValueError):
-    """A value or template that cannot be rendered; the message names the field."""
 
 
 def available_templates(directory: Path | None = None) -> list[str]:
@@ -307,7 +304,7 @@ def render(spec: JobSpec, options: RenderOptions, command: list[str] | None = No
     """The rendered script as text; raises RenderError (naming the field) on any unsafe value.
     What the job's geometry wastes is appended to ``warnings`` when given (one line each)."""
     path = template_path(options.template)
-    text = path.read_text()
+    text = read_template(path)
     blocks = {m.group("name"): m for m in BLOCK_RE.finditer(text)}
     missing = [b for b in ("sbatch", "setup", "args", "srun") if b not in blocks]
     if missing:
@@ -321,6 +318,9 @@ def render(spec: JobSpec, options: RenderOptions, command: list[str] | None = No
     if warnings is not None:
         warnings += geometry_warnings(asked, spec.data.num_workers, slurm=True)
     runs_dir = check_value("runs_dir", spec.runs_dir, WORD, allow_space=True)
+    if runs_dir.startswith("-"):
+        # the same folder, written so that mkdir and the ranks' parser take it for a path, not an option
+        runs_dir = "./" + runs_dir
     if spec.name:
         run_name = shlex.quote(check_value("name", spec.name, RUN_NAME))
     else:
@@ -374,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"template name ({', '.join(available_templates())}) or a "
                              f"path to a {TEMPLATE_SUFFIX} file (default: generic)")
     parser.add_argument("--output", "-o", metavar="FILE",
-                        help="write the script to FILE instead of stdout (only if rendering succeeds)")
+                        help="write the script to FILE instead of stdout (only if rendering succeeds; "
+                             "only a regular file is replaced, a symlink's target gets it; - is stdout)")
     parser.add_argument("--module", dest="modules", action="append", default=[], metavar="NAME",
                         help="module to load in the job (repeatable); replaces the template's "
                              "environment block")
@@ -385,22 +386,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: as the template does)")
     add_spec_arguments(parser)
     return parser
-
-
-def _write_script(out: Path, text: str) -> None:
-    """Write the script through a temporary file beside it (renamed into place: an existing script
-    is replaced whole or not at all); the temporary file never stays behind."""
-    if out.is_dir():
-        raise RenderError(f"-o {out} is a folder; give the script's file name, e.g. -o {out / 'job.sbatch'}")
-    if not out.parent.is_dir():
-        raise RenderError(f"-o {out}: folder {out.parent} does not exist; create it first (mkdir -p {shlex.quote(str(out.parent))})")
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -421,15 +406,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for line in warnings:
         print(f"hpcprof.sbatch: warning: {line}", file=sys.stderr)
-    if args.output:
+    if args.output and args.output != "-":  # "-o -": standard output, as without -o
         out = Path(args.output)
         try:
-            _write_script(out, text)
+            written = write_script(out, text)
         except (RenderError, OSError) as exc:
             why = exc if isinstance(exc, RenderError) else f"cannot write {out} ({exc.strerror or exc})"
             print(f"hpcprof.sbatch: error: {why}", file=sys.stderr)
             return 2
-        print(f"hpcprof.sbatch: wrote {out}; submit it with: sbatch {shlex.quote(str(out))}",
+        where = f"{out} (-> {written})" if written != out else str(out)
+        print(f"hpcprof.sbatch: wrote {where}; submit it with: sbatch {shlex.quote(str(out))}",
               file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -517,11 +517,15 @@ def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
 
 
 def validate_run_name(name: str, what: str = "run name") -> str:
-    """A run name is one folder name, never a path."""
+    """A run name is one folder name, never a path, and never starts with "-" (the sbatch scripts
+    pass it to the ranks as ``--name "$RUN_NAME"``, where "-x" reads as an option, and every shell
+    command on the folder would take it for one)."""
     if not RUN_NAME_RE.fullmatch(name or "") or name in (".", ".."):
         raise SpecError(
             f"{what} {name!r} is not valid: use letters, digits, '.', '_' and '-' only (a folder name, not a path)"
         )
+    if name.startswith("-"):
+        raise SpecError(f"{what} {name!r} is not valid: it must not start with '-' (commands would take it for an option)")
     return name
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...rundir import RunDir
+from ..outputs.layout import TIMELINE_FILE
 from .events import DecodedTrace, DecodeError, ShapeError, decode
 
 TRACE_SUFFIXES = (".json.gz", ".json")
@@ -43,7 +44,8 @@ def discover_traces(path: Path) -> list[Path]:
     """Trace files for a run directory (`traces/` inside it) or a plain folder of traces.
 
     Only the top level of the trace folder is used (as HTA does); `traces/.tmp/` partial files and
-    the extra profiler cycles in `traces/cycle-<k>/` are never mixed in.
+    the extra profiler cycles in `traces/cycle-<k>/` are never mixed in, nor our own merged timeline
+    (outputs/layout.TIMELINE_FILE: an analysis written into the trace folder by an older version).
     """
     path = Path(path)
     traces = RunDir(path).traces_dir
@@ -51,7 +53,7 @@ def discover_traces(path: Path) -> list[Path]:
     files = [
         p
         for p in sorted(folder.iterdir())
-        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and not p.name.startswith(".")
+        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and not p.name.startswith(".") and p.name != TIMELINE_FILE
     ]
     return files
 

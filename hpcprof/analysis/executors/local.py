@@ -35,6 +35,29 @@ def die_with_parent() -> None:
         pass
 
 
+def worker_init() -> None:
+    """Initializer of every worker pool of the analysis (map and charts): dies with its parent
+    (:func:`die_with_parent`) and ignores SIGINT. Why: Ctrl-C in a terminal reaches the whole
+    process group; workers that took it printed their own KeyboardInterrupt tracebacks and broke
+    the pool, so `analyze` sometimes ended "analysis failed (BrokenProcessPool)" instead of
+    "interrupted" (issue 23, item 3). The parent alone handles it and stops them (:func:`stop_pool`)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now, its running tasks included (on an interruption: waiting for the current
+    tasks could take minutes on large traces)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.kill()
+        except Exception:  # already gone
+            pass
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 def default_workers(n_traces: int) -> int:
     """min(cores, traces, DEFAULT_MAX_WORKERS), at least 1."""
     return max(1, min(os.cpu_count() or 1, n_traces, DEFAULT_MAX_WORKERS))
@@ -51,15 +74,27 @@ def map_local(files: list[Path], cache_dir: Path, use_cache: bool, workers: int,
     # always in worker processes, one at least: a rank's decode leaves its memory with the process
     # that did it (freed but kept by the allocator), and the chart processes forked later from this
     # one would count it again
-    if files:
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=max(1, min(workers, len(files))), mp_context=ctx, initializer=die_with_parent) as ex:
-            futs = {ex.submit(analyze_rank, f, cache_dir, use_cache, (digests or {}).get(f)): f for f in files}
-            for fut in as_completed(futs):
-                try:
-                    results.append(fut.result())
-                except Exception as exc:  # a worker crash must not lose the other ranks
-                    results.append(RankResult.failed(futs[fut], f"{futs[fut].name}: analysis failed ({type(exc).__name__}: {exc})"))
-                bar.update()
-    bar.close()
+    try:
+        if files:
+            _map_pool(files, cache_dir, use_cache, max(1, min(workers, len(files))), digests, results, bar)
+    finally:
+        bar.close()  # also on Ctrl-C: the message after it starts on a line of its own
     return sorted(results, key=lambda r: r.path)
+
+
+def _map_pool(files: list[Path], cache_dir: Path, use_cache: bool, workers: int, digests: dict | None,
+              results: list[RankResult], bar) -> None:
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=worker_init)
+    try:
+        futs = {ex.submit(analyze_rank, f, cache_dir, use_cache, (digests or {}).get(f)): f for f in files}
+        for fut in as_completed(futs):
+            try:
+                results.append(fut.result())
+            except Exception as exc:  # a worker crash must not lose the other ranks
+                results.append(RankResult.failed(futs[fut], f"{futs[fut].name}: analysis failed ({type(exc).__name__}: {exc})"))
+            bar.update()
+    except BaseException:  # Ctrl-C, or a signal turned into an exception: stop the workers now
+        stop_pool(ex)
+        raise
+    ex.shutdown()

@@ -38,8 +38,10 @@ def nothing_to_show(red, views: dict[str, pd.DataFrame]) -> dict[str, str]:
         why["overlap"] = "no communication kernels on any rank"
     elif (ov == 0).all():
         why["overlap"] = "communication never runs alongside compute on any rank (0% on every rank)"
-    if device != "cuda" or kernel_breakdown is None or kernel_breakdown.empty:
+    if device != "cuda":
         why["kernel_types"] = "CPU-only run: no GPU kernels"
+    elif kernel_breakdown is None or kernel_breakdown.empty:
+        why["kernel_types"] = "no GPU kernel activity in the traces"
     if operators is None or operators.empty:
         why["operators"] = "no PyTorch operators (cpu_op events) in the traces"
     if device != "cuda":

@@ -13,6 +13,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from ..executors.local import stop_pool
 from ..reduce.crossrank import Reduced
 from ..reduce.whatif import NOISE_FLOOR_MS, REL_THRESHOLD
 from .layout import AnalysisDir
@@ -38,10 +39,10 @@ class Charts:
         n = min(2, os.cpu_count() or 1)
         if n > 1 and "fork" in mp.get_all_start_methods():
             try:
-                from ..executors.local import die_with_parent
+                from ..executors.local import worker_init
 
                 self.pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"),
-                                                initializer=die_with_parent)
+                                                initializer=worker_init)
                 self.futs = [self.pool.submit(_import_plots) for _ in range(n)]  # start them now
             except OSError:
                 self.pool = None
@@ -58,9 +59,18 @@ class Charts:
         try:
             for f in futs:
                 f.result()
-        finally:
+        except BaseException:
             if pool is not None:
-                pool.shutdown()
+                stop_pool(pool)
+            raise
+        if pool is not None:
+            pool.shutdown()
+
+    def stop(self) -> None:
+        """Stop drawing now (the analysis failed or was interrupted)."""
+        pool, self.pool, self.futs = self.pool, None, []
+        if pool is not None:
+            stop_pool(pool)
 
 
 def draw_charts(charts: Charts, red: Reduced, out: AnalysisDir, views: dict, omitted: dict[str, str]) -> dict[str, Path]:

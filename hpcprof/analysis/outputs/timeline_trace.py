@@ -50,11 +50,12 @@ import pyarrow as pa
 
 from ..reduce.clocks import ClockAlignment
 from .gzip_stream import GzipStream
+from .layout import TIMELINE_FILE
 from .rounding import round_summary
 from .timeline_budget import DROP_ORDER, Counts
 from .timeline_render import ANNOT_TID, SELECT_COLUMNS, RankLabel, read_piece, render_rank, select_events
 
-FILE_NAME = "timeline.pt.trace.json.gz"
+FILE_NAME = TIMELINE_FILE
 DEFAULT_MAX_EVENTS = 1_000_000
 ANNOTATE_MS = 1.0  # the straggler analysis' noise floor: later arrivals than this are annotated
 MAX_ANNOTATED = 500  # collectives annotated at most (the latest arrivals first)
@@ -318,11 +319,16 @@ def merged_timeline(out_dir: Path, keep: dict, nodes: dict, matching, warnings: 
             nodes.get(r), (m.get("device_name") or m.get("device")) if m.get("device") in ("cuda", "accelerator") else "cpu"))
     try:
         info = write_timeline(out_dir, sources, clocks, steps, matched if len(matched) else None,
-                              max_events=max_events or DEFAULT_MAX_EVENTS, progress=progress, lanes=lanes)
+                              max_events=DEFAULT_MAX_EVENTS if max_events is None else max_events, progress=progress,
+                              lanes=lanes)
         if info.get("steps_left_out"):
             warnings.append(f"merged timeline: steps {info['steps_left_out']} left out: the GPU activity, steps and collectives of "
                             f"all chosen steps alone exceed --timeline-max-events ({info['max_events']:,}); pass "
                             "--timeline-steps to choose the steps, or a larger --timeline-max-events")
+        if info["events"] > info["max_events"]:  # one step alone is more than the budget (0 once meant 1,000,000)
+            warnings.append(f"the merged timeline holds {info['events']:,} events, above --timeline-max-events "
+                            f"{info['max_events']:,}: GPU activity, step markers, collectives and annotations are never "
+                            f"dropped (everything else was), and one step is never cut")
     except TimelineError as exc:
         warnings.append(f"no merged timeline: {exc}")
         info = {"error": str(exc)}

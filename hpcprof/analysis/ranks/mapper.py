@@ -124,7 +124,13 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
 
     gpu: dict[str, Any] = {"temporal": None, "overlap_pct": None}
     loader = None
-    if not tl.has_gpu:
+    if not tl.has_gpu and tl.device_kind == "cuda":
+        warnings.append(
+            f"{name} (rank {tm.rank}): a GPU run (it launches kernels) whose trace holds no GPU kernel activity (taken with "
+            "the CUPTI profiler's counter ranges, or with CUDA activities off), so HTA's GPU analyses (temporal, idle-time, "
+            "overlap, kernel breakdown) have nothing to measure: their fields are null"
+        )
+    elif not tl.has_gpu:
         warnings.append(
             f"{name} (rank {tm.rank}): no GPU kernels or other device-stream activity in the trace (CPU-only run, e.g. gloo backend), so HTA's "
             "GPU analyses (temporal, idle-time, overlap, kernel breakdown) have nothing to measure: their fields are null"

@@ -183,6 +183,22 @@ def _numeric(col: pd.Series) -> np.ndarray:
     return pd.to_numeric(col.where(col.map(lambda v: not isinstance(v, bool))), errors="coerce").to_numpy(dtype=float)
 
 
+GPU_DRIVING = re.compile(r"^(cuda|cu|hip)(LaunchKernel|LaunchCooperativeKernel|MemcpyAsync|Memcpy|GraphLaunch)")
+"""Runtime calls that only a process driving a GPU makes."""
+
+
+def _drives_a_gpu(name: pd.Series, cat: pd.Series) -> bool:
+    """Whether a trace without GPU activity events still comes from a GPU run: it launches kernels
+    (cudaLaunchKernel, hipLaunchKernel...) or holds CUPTI profiler ranges (`cuda_profiler_range`:
+    per-kernel counters, taken instead of the activity trace). Why: hta_tests/cupti_profiler, an A100
+    trace with 77 cudaLaunchKernel calls, was reported as "CPU-only run, e.g. gloo backend"
+    (issue 23, item 12)."""
+    runtime = cat.isin(["cuda_runtime", "cuda_driver", "hip_runtime"]).to_numpy()
+    if (cat == "cuda_profiler_range").any():
+        return True
+    return bool(runtime.any() and name[runtime].map(lambda v: isinstance(v, str) and bool(GPU_DRIVING.match(v))).any())
+
+
 def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     """Timeline of one rank from its event table (hpcprof.analysis.decode.events.event_table).
 
@@ -218,6 +234,8 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
         stream_v = pd.to_numeric(ev["stream"], errors="coerce").to_numpy(dtype=float)
         is_gpu = x & (stream_v >= 0) & ~cat.isin(HOST_CATS).to_numpy()
         device_kind = "accelerator" if is_gpu.any() else "cpu"
+    if device_kind == "cpu" and _drives_a_gpu(name, cat):
+        device_kind = "cuda"  # kernels launched, their activity not traced: a GPU run all the same
     is_host = x & cat.isin(HOST_CATS).to_numpy()
 
     tid = col("tid", pd.Series([None] * n)).to_numpy(dtype=object)

@@ -84,6 +84,10 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     metas = {r: v.meta for r, v in keep.items()}
     nodes = node_names(manifest, metas)
     device = job_device(metas)
+    skew = ((manifest.get("drills") or {}).get("clock_skew") or {}) if isinstance(manifest.get("drills"), dict) else {}
+    if isinstance(skew, dict) and skew.get("node") is not None and nodes and skew["node"] not in set(nodes.values()):
+        warnings.append(f"the clock-skew drill names node {skew['node']!r}, where no analysed rank ran (nodes: "
+                        f"{', '.join(sorted({str(n) for n in nodes.values()}))}): it shifted no trace")
 
     steps_trace = rank_table(keep, "steps")
     colls = rank_table(keep, "collectives")
@@ -97,8 +101,15 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     if state.partial and state.state != "failed":
         warnings.insert(0, f"partial analysis: {state.describe()}")
 
-    steps = step_times(RunDir(src), keep, steps_trace, problems=warnings)
-    tp, tp_steps, _ = throughput(steps.records, _profiler_warmup(manifest), _attempt_starts(manifest))
+    steps = step_times(RunDir(src), keep, steps_trace, problems=warnings, max_step=_planned_steps(manifest))
+    world = _world_size(manifest)
+    # the job's throughput is the whole job's, whatever traces are analysed (--ranks, an unusable trace)
+    tp, tp_steps, _ = throughput(steps.job_records, _profiler_warmup(manifest), _attempt_starts(manifest),
+                                 world_ranks=range(world) if world else None)
+    if tp is not None and tp["job"]["missing_ranks"]:
+        miss = ", ".join(map(str, tp["job"]["missing_ranks"]))
+        warnings.append(f"no job throughput: rank(s) {miss} of the {len(tp['job']['ranks'])} have no usable step record "
+                        f"(steps/rank-<r>.jsonl); one rank's samples/s is not the job's: see the per-rank figures")
     per_rank = per_rank_table(metas, nodes, steps_trace, steps.stats)
     kb = kernel_breakdown(ktype)
     kx = kernels_across_ranks(kall)
@@ -163,6 +174,19 @@ def _add_comm_columns(per_rank: pd.DataFrame, ktype: pd.DataFrame, ktype_ours: p
     else:
         out = out.assign(comm_wait_ms_per_step=float("nan"), comm_transfer_ms_per_step=float("nan"), in_collectives_ms_per_step=float("nan"))
     return out
+
+
+def _world_size(manifest: dict) -> int | None:
+    """The manifest's world size when it is a positive integer (else the ranks of the step files count)."""
+    w = manifest.get("world_size") if isinstance(manifest, dict) else None
+    return w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
+
+
+def _planned_steps(manifest: dict) -> int | None:
+    """The spec's train.steps when known: step records beyond it are not of this run."""
+    train = ((manifest.get("spec") or {}).get("train") or {}) if isinstance(manifest, dict) else {}
+    n = train.get("steps") if isinstance(train, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def _profiler_warmup(manifest: dict) -> int:

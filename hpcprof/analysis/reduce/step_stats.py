@@ -36,10 +36,12 @@ def step_seconds(records: pd.DataFrame, source: str | None = None) -> pd.Series:
     return pd.to_numeric(records["step_s"], errors="coerce")
 
 
-def read_step_records(run: RunDir, problems: list[str] | None = None) -> pd.DataFrame:
-    """All step records of a run (torn last lines skipped; other lines that are not step records are
-    skipped and named in `problems`); empty frame when there are none."""
-    rows = [rec for r in run.step_ranks() for rec in run.read_steps(r, problems)]
+def read_step_records(run: RunDir, problems: list[str] | None = None, max_step: int | None = None) -> pd.DataFrame:
+    """The usable step records of a run (RunDir.usable_steps: torn last lines, lines that are not
+    step records, and records no figure can use, such as another rank's or a step_s of NaN, are
+    skipped and named in `problems`); empty frame when there are none. `max_step`: the planned step
+    count."""
+    rows = [rec for r in run.step_ranks() for rec in run.usable_steps(r, max_step, problems)]
     df = pd.DataFrame(rows)
     if df.empty or "rank" not in df or "step" not in df:
         return pd.DataFrame()
@@ -124,11 +126,15 @@ class StepTimes:
     """The step-time part of the reduce."""
 
     records: pd.DataFrame
-    """Every step record of the analysed ranks (tables/steps_all); empty without steps files."""
+    """Every usable step record of the analysed ranks (tables/steps_all); empty without steps files."""
     stats: pd.DataFrame
     """per_rank_step_stats of `records` (tables/steps_stats)."""
     spread: dict = field(default_factory=dict)
     """summary.json `step_time`: from the records, else from the traces' ProfilerStep durations."""
+    job_records: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Every usable step record of every rank of the job, whatever ranks are analysed: the job's
+    throughput is the whole job's (with --ranks 0, or a rank whose trace is unusable, it used to be
+    one rank's figure labelled as the job's)."""
 
     @property
     def median_ms(self) -> float | None:
@@ -136,8 +142,10 @@ class StepTimes:
         return self.spread.get("median_of_rank_medians_ms")
 
 
-def step_times(run: RunDir, ranks: Iterable[int], steps_trace: pd.DataFrame, problems: list[str] | None = None) -> StepTimes:
-    records = read_step_records(run, problems)
+def step_times(run: RunDir, ranks: Iterable[int], steps_trace: pd.DataFrame, problems: list[str] | None = None,
+               max_step: int | None = None) -> StepTimes:
+    job_records = read_step_records(run, problems, max_step)
+    records = job_records
     if not records.empty:
         records = records[records["rank"].isin(list(ranks))]
     stats = per_rank_step_stats(records)
@@ -145,4 +153,4 @@ def step_times(run: RunDir, ranks: Iterable[int], steps_trace: pd.DataFrame, pro
     if not sp and not steps_trace.empty:
         tstats = steps_trace.groupby("rank")["dur_ms"].median().rename("step_median_ms").reset_index()
         sp = spread(tstats)
-    return StepTimes(records, stats, sp)
+    return StepTimes(records, stats, sp, job_records)

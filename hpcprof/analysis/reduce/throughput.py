@@ -127,11 +127,11 @@ def classify_steps(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts
     return d
 
 
-def job_steps(classified: pd.DataFrame) -> pd.DataFrame:
-    """Per global step present on every rank: global batch, the slowest rank's step time (`step_s`,
-    from the run's step-time source), the job's samples/s and the step's phase (the first phase in
-    PHASES that any rank had)."""
-    ranks = classified["rank"].nunique()
+def job_steps(classified: pd.DataFrame, world: int | None = None) -> pd.DataFrame:
+    """Per global step present on every rank (`world` ranks, default: the ranks of the records):
+    global batch, the slowest rank's step time (`step_s`, from the run's step-time source), the
+    job's samples/s and the step's phase (the first phase in PHASES that any rank had)."""
+    ranks = world if world is not None else classified["rank"].nunique()
     g = classified.groupby("step")
     out = pd.DataFrame(
         {
@@ -167,18 +167,27 @@ def _stats(d: pd.DataFrame, batch_col: str) -> dict[str, Any]:
     }
 
 
-def throughput(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts: Iterable[int] = ()) -> tuple[dict[str, Any] | None, pd.DataFrame, pd.DataFrame]:
+def throughput(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts: Iterable[int] = (),
+               world_ranks: Iterable[int] | None = None) -> tuple[dict[str, Any] | None, pd.DataFrame, pd.DataFrame]:
     """(summary, per-rank step table, job step table) from the step records of a run.
 
     The summary is None when there are no step records or none carries `batch_size` (older runs,
-    trace folders): samples/s cannot be known from a trace alone."""
+    trace folders): samples/s cannot be known from a trace alone. `world_ranks`: every rank of the
+    job (default: the ranks of the records); the job's figures cover a step only when all of them
+    recorded it, so they are null (`missing_ranks` says why) when a rank has no usable record:
+    one rank's samples/s is not the job's."""
     if steps is None or steps.empty or "batch_size" not in steps or steps["batch_size"].isna().all():
         return None, pd.DataFrame(), pd.DataFrame()
     d = classify_steps(steps, profiler_warmup, attempt_starts)
-    j = job_steps(d)
+    world = sorted(set(int(r) for r in world_ranks)) if world_ranks is not None else sorted(int(r) for r in d["rank"].unique())
+    missing = sorted(set(world) - set(int(r) for r in d["rank"].unique()))
+    j = job_steps(d[d["rank"].isin(world)], len(world))
     per_rank = [{"rank": int(r), **_stats(g, "batch_size")} for r, g in d.groupby("rank")]
     job = _stats(j, "global_batch")
-    if "t_start" in d and "t_end" in d and len(d):
+    job["ranks"] = world
+    job["missing_ranks"] = missing
+    job["end_to_end_samples_per_s"] = None
+    if "t_start" in d and "t_end" in d and len(d) and not missing:
         wall = float(d["t_end"].max() - d["t_start"].min())
         job["end_to_end_samples_per_s"] = float(d["batch_size"].sum() / wall) if wall > 0 else None
     source = d.attrs.get("step_time_source", "host_clock")

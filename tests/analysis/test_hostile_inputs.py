@@ -1,0 +1,163 @@
+"""Issue 23 items 10, 15, 16 and 17 (analysis side): inputs and options that make no sense are one
+line saying what to do, our own outputs are never read as inputs, and nothing stale passes for
+the current analysis.
+
+On a copy of the real 8-rank DLRM trace set (8 x V100, profiled step 10)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcprof.analysis import analyze
+
+from .conftest import REPO
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hpcprof.analyze", *args, "--quiet"], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _one_line(p: subprocess.CompletedProcess, *needles: str) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+# ------------------------------------------------------------------ item 10: outputs are never inputs
+def test_an_output_folder_that_is_the_trace_folder_is_refused(dlrm_copy, tmp_path):
+    before = _listing(dlrm_copy)
+    _one_line(_cli(str(dlrm_copy), "--out", str(dlrm_copy)), "--out", "read from")
+    assert _listing(dlrm_copy) == before, "something was written into the trace folder"
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    for p in dlrm_copy.iterdir():
+        shutil.copy(p, run / "traces" / p.name)
+    _one_line(_cli(str(run), "--out", str(run / "traces")), "--out", "read from")
+    _one_line(_cli(str(run), "--out", str(run / "traces" / ".." / "traces")), "--out")
+
+
+def test_our_merged_timeline_in_a_trace_folder_is_never_taken_for_a_rank(dlrm_copy, tmp_path):
+    ref = analyze(dlrm_copy, out=tmp_path / "ref", progress=False)
+    # what an older version left when told --out <trace folder>: its outputs beside the traces
+    shutil.copy(tmp_path / "ref" / "timeline.pt.trace.json.gz", dlrm_copy / "timeline.pt.trace.json.gz")
+    s = analyze(dlrm_copy, out=tmp_path / "again", progress=False)
+    assert not [w for w in s["warnings"] if "timeline.pt.trace.json.gz" in w], s["warnings"]
+    assert s["ranks_analyzed"] == ref["ranks_analyzed"] == list(range(8))
+    assert [r["file"] for r in s["per_rank"]] == [r["file"] for r in ref["per_rank"]]
+
+
+# ------------------------------------------------------------------ item 15: option values
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_a_timeline_budget_below_one_is_refused(dlrm_copy, tmp_path, value):
+    _one_line(_cli(str(dlrm_copy), "--out", str(tmp_path / "o"), "--timeline-max-events", value), "--timeline-max-events")
+
+
+def test_a_timeline_budget_it_cannot_keep_is_said(dlrm_copy, tmp_path):
+    s = analyze(dlrm_copy, out=tmp_path / "o", progress=False, timeline_max_events=10)
+    tl = s["timeline"]
+    assert tl["max_events"] == 10 and tl["events"] > 10
+    assert any("--timeline-max-events 10" in w and f"{tl['events']:,}" in w for w in s["warnings"]), s["warnings"]
+
+
+def test_a_manifest_world_size_that_is_not_a_number_is_named_and_ignored(dlrm_copy, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(dlrm_copy, run / "traces")
+    (run / "manifest.json").write_text(json.dumps({"name": "run", "world_size": "two", "executor": "local"}))
+    s = analyze(run, progress=False)
+    assert s["ranks_analyzed"] == list(range(8)), s["warnings"]
+    assert any("world_size" in w and "'two'" in w for w in s["warnings"]), s["warnings"]
+    assert not [w for w in s["warnings"] if "differs from the job's" in w]
+
+
+def test_a_clock_skew_drill_on_a_node_of_no_rank_is_refused_or_said(dlrm_copy, tmp_path):
+    p = subprocess.run([sys.executable, "-m", "hpcprof.submit", "--job", str(REPO / "jobs" / "demo-local.toml"),
+                        "--cluster", "local", "--inject-clock-skew", "nohost:5", "--runs-dir", str(tmp_path / "runs"),
+                        "--name", "skew"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("hpcprof.submit: error")]
+    assert len(err) == 1 and "'nohost'" in err[0] and "--inject-clock-skew" in err[0], p.stderr
+    assert not (tmp_path / "runs" / "skew").exists()
+    # a SLURM run cannot be checked before it runs: the analysis says the drill shifted nothing
+    run = tmp_path / "run"
+    shutil.copytree(dlrm_copy, run / "traces")
+    (run / "manifest.json").write_text(json.dumps({"name": "run", "world_size": 8, "executor": "sbatch",
+                                                   "drills": {"clock_skew": {"node": "nohost", "ms": 5.0}}}))
+    s = analyze(run, progress=False)
+    assert any("clock-skew drill" in w and "'nohost'" in w for w in s["warnings"]), s["warnings"]
+
+
+# ------------------------------------------------------------------ item 16: messages that mislead
+@pytest.mark.parametrize("ranks,needle", [(["-3"], "--ranks -3"), (["99"], "ranks found: 0, 1, 2, 3, 4, 5, 6, 7")])
+def test_ranks_that_do_not_exist_are_one_line_about_ranks(dlrm_copy, tmp_path, ranks, needle):
+    line = _one_line(_cli(str(dlrm_copy), "--out", str(tmp_path / "o"), "--ranks", *ranks), needle)
+    assert "GPU" not in line and "kernel" not in line
+
+
+@pytest.mark.parametrize("content", ["[]", "42", "\"text\""])
+def test_a_summary_json_that_is_not_an_object_is_replaced_by_a_new_analysis(dlrm_copy, tmp_path, content):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "summary.json").write_text(content)
+    p = _cli(str(dlrm_copy), "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert isinstance(json.loads((out / "summary.json").read_text()), dict)
+
+
+@pytest.mark.parametrize("outcome", [{"state": "interrupted", "signal": "SIGTERM"}, None])
+def test_a_dead_run_without_traces_is_not_analyse_again_later(tmp_path, outcome):
+    """An interrupted run, and one whose ranks died without a word (a full disk): nothing of them
+    runs, so no trace will ever come; the message must not send the user back later."""
+    run = tmp_path / "run"
+    for d in ("traces", "steps", "logs"):
+        (run / d).mkdir(parents=True)
+    m = {"name": "run", "executor": "local", "job_id": "4242", "world_size": 2, "spec": {"train": {"steps": 50}},
+         "created": "2026-01-01T00:00:00+0000", "launcher_host": os.uname().nodename, "launcher_pid": 2**22 + 17,
+         "ranks": [{"rank": r, "node": os.uname().nodename, "pid": 2**22 + r} for r in (0, 1)]}
+    if outcome:
+        m["outcome"] = dict(outcome, time="2026-01-01T00:01:00+0000")
+    (run / "manifest.json").write_text(json.dumps(m))
+    for r in (0, 1):
+        p = run / "steps" / f"rank-{r}.jsonl"
+        p.write_text("".join(json.dumps({"step": s, "rank": r, "step_s": 0.1, "batch_size": 8}) + "\n" for s in range(3)))
+        os.utime(p, (1e9, 1e9))
+    line = _one_line(_cli(str(run)), "no trace", "none will come")
+    assert "again later" not in line
+    assert ("interrupted" in line) if outcome else ("stopped" in line)
+
+
+# ------------------------------------------------------------------ item 17: nothing stale
+def test_a_timeline_not_written_this_time_does_not_stay_from_the_last_analysis(dlrm_copy, tmp_path):
+    out = tmp_path / "o"
+    first = analyze(dlrm_copy, out=out, progress=False, timeline_steps=[10])
+    assert (out / "timeline.pt.trace.json.gz").is_file() and first["timeline"]["steps"] == [10]
+    second = analyze(dlrm_copy, out=out, progress=False, timeline_steps=[999])
+    assert "error" in second["timeline"]
+    assert not (out / "timeline.pt.trace.json.gz").exists(), "the previous analysis' timeline stayed"
+    assert "No merged timeline" in (out / "report.html").read_text()
+    assert "timeline.pt.trace.json.gz" not in second["outputs"]["files"]
+
+
+def test_the_notebook_names_a_rank_that_is_not_in_the_analysis(dlrm_copy, tmp_path):
+    nb = REPO / "analysis" / "post_job.ipynb"
+    env = {**os.environ, "MPLBACKEND": "Agg", "HPCPROF_RUN_DIR": str(dlrm_copy), "HPCPROF_RANK": "9"}
+    p = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", str(nb),
+                        "--output-dir", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode != 0
+    assert "HPCPROF_RANK=9: rank 9 is not in this analysis; analysed ranks: 0, 1, 2, 3, 4, 5, 6, 7" in p.stderr, p.stderr[-3000:]
+    assert "KeyError" not in p.stderr
