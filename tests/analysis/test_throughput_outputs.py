@@ -39,7 +39,7 @@ def test_summary_console_report_and_table_show_throughput(run_with_steps):
     expected = sorted(32 / (0.1 + ((st * 7) % 37) / 10_000) for st in steady)
     assert tp["job"]["median_samples_per_s"] == pytest.approx((expected[15] + expected[16]) / 2)
     assert tp["job"]["ci95_samples_per_s"] == pytest.approx([expected[9], expected[22]])
-    assert tp["job"]["steps"] == {"total": 40, "warmup": 1, "epoch_boundary": 2, "profiled": 3, "profiler_warmup": 2, "steady": 32}
+    assert tp["job"]["steps"] == {"total": 40, "warmup": 1, "epoch_boundary": 2, "trace_export": 0, "profiled": 3, "profiler_warmup": 2, "steady": 32}
     assert tp["job"]["profiled_median_samples_per_s"] == pytest.approx(80.0)
     line = console_summary(s)
     assert f"throughput: {tp['job']['median_samples_per_s']:.1f} samples/s" in line
