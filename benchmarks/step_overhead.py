@@ -11,7 +11,8 @@ block by block in one run (ABCD ABCD ..., so drift of the machine falls on all o
   the run's end): what a run pays outside its profiled window;
 - ``triggered``: the same in profiler mode "triggered" outside any capture (issue 20), when it exists.
 
-The medians of the per-step times give ratios with a bootstrap interval, but on this VM the
+Each loop's blocks alternate with blocks of the bare loop in the same session, and its ratio is
+to those bare blocks (the medians of the per-step times), but on this VM the
 loops' times move by 10-30% for seconds, which hides an overhead of 0.5%. So each loop is also
 run with an empty step body: the time per step there IS the loop's own cost (the bare loop's is
 about 0.1 us), measured to a few microseconds, and is printed as a share of a 50 ms step (the
@@ -46,11 +47,18 @@ def make_work(step_ms: float):
             x = torch.tanh(x @ a)
         return x
 
-    t0 = time.perf_counter()
-    work(20)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    per = (time.perf_counter() - t0) / 20
+    def timed(k: int) -> float:
+        t0 = time.perf_counter()
+        work(k)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    timed(20)  # warm-up: the first products pay for thread pools and allocations
+    k = 20
+    while timed(k) < 0.02:  # calibrate on at least 20 ms of work
+        k *= 2
+    per = min(timed(k) for _ in range(3)) / k
     reps = max(1, round(step_ms / 1e3 / per))
     return (lambda: work(reps)), device
 
@@ -100,6 +108,7 @@ def main() -> None:
     total = args.blocks * args.block_steps + args.empty_steps + 10
     far = 10 * total  # a profiler window that never comes
     results: dict[str, list[float]] = {k: [] for k in kinds}
+    paired: dict[str, list[float]] = {}  # the bare blocks interleaved with each loop's own blocks
     empty: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for kind in kinds[1:]:  # one session per loop kind, each interleaved with the bare loop
@@ -107,8 +116,9 @@ def main() -> None:
                 for _ in run.steps(total=5):  # warm-up
                     work()
                 step = 5
+                paired[kind] = []
                 for _ in range(args.blocks):
-                    results["bare"] += timed_block("bare", None, work, args.block_steps, 0)
+                    paired[kind] += timed_block("bare", None, work, args.block_steps, 0)
                     results[kind] += timed_block(kind, run, work, args.block_steps, step)
                     step += args.block_steps
                 t = time.perf_counter()
@@ -125,14 +135,13 @@ def main() -> None:
           f"torch {torch.__version__}, device {device}, 1 rank, a {args.step_ms:.0f} ms step, "
           f"{args.blocks} interleaved blocks of {args.block_steps} steps per loop")
     print()
-    print("| loop | median ms/step | ratio to bare | loop's own cost, us/step (empty body) | share of a 50 ms step |")
-    print("|---|---|---|---|---|")
-    base = statistics.median(results["bare"])
-    for kind in kinds:
-        med = statistics.median(results[kind])
-        own = (empty[kind] - empty["bare"]) * 1e6 if kind != "bare" else empty["bare"] * 1e6
-        share = f"{100 * own / 50e3:.3f}%" if kind != "bare" else "-"
-        print(f"| {kind} | {med * 1e3:.2f} | {med / base:.4f} | {own:.1f} | {share} |")
+    print("| loop | median ms/step | bare blocks beside it, median ms/step | ratio to bare | loop's own cost, us/step (empty body) | share of a 50 ms step |")
+    print("|---|---|---|---|---|---|")
+    print(f"| bare | - | - | - | {empty['bare'] * 1e6:.1f} | - |")
+    for kind in kinds[1:]:
+        med, base = statistics.median(results[kind]), statistics.median(paired[kind])
+        own = (empty[kind] - empty["bare"]) * 1e6
+        print(f"| {kind} | {med * 1e3:.2f} | {base * 1e3:.2f} | {med / base:.4f} | {own:.1f} | {100 * own / 50e3:.3f}% |")
 
 
 if __name__ == "__main__":
