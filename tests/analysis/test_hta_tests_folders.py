@@ -95,13 +95,14 @@ def case(request, tmp_path):
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     if size > LARGE_BYTES and not os.environ.get("HPCPROF_FULL_HTA_TESTS"):
         pytest.skip(f"{rel}: {size / 1e6:.1f} MB of traces; set HPCPROF_FULL_HTA_TESTS=1 to check the large folders too")
-    cache = request.config.cache
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
     key = f"hpcprof/hta_tests/{rel}"
-    stored = cache.get(key, None)
+    stored = cache.get(key, None) if cache is not None else None
     if stored is None or stored.get("key") != _key(folder):
         stored = {"key": _key(folder), "ref": hta_reference(folder)}
-        cache.set(key, stored)
-    parse_cache = Path(cache.mkdir("hpcprof_parse_cache"))
+        if cache is not None:
+            cache.set(key, stored)
+    parse_cache = Path(cache.mkdir("hpcprof_parse_cache")) if cache is not None else tmp_path / "parse-cache"
     return rel, folder, stored["ref"], tmp_path / "out", parse_cache
 
 
