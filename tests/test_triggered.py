@@ -28,8 +28,12 @@ from helpers import FAST_FLAGS, REPO, assert_straggler_drill_verdict, drill_trut
 from hpcprof.analysis import analyze
 from hpcprof.rundir import RunDir
 
+# The job-wide trigger is off here (a 1000% rise): on this VM's 2 shared cores, other processes can
+# double every rank's step time for seconds, which that trigger rightly captures (benchmarks/README.md,
+# 2 of 10 healthy runs); these runs check the rank trigger against a drill. The job-wide trigger's
+# rule is checked on timings with a known answer in tests/test_trigger_policy.py.
 TRIGGERED = [*FAST_FLAGS, "--tasks-per-node", "2", "--profiler-mode", "triggered", "--profiler-warmup", "1",
-             "--profiler-active", "10", "--profiler-wait", "3"]
+             "--profiler-active", "10", "--profiler-wait", "3", "--profiler-trigger-job-pct", "1000"]
 
 
 def _submit(runs: Path, name: str, *extra: str) -> RunDir:
