@@ -264,3 +264,56 @@ def test_the_peer_watch_finds_a_peer_that_died_in_native_code(tmp_path):
     run.fatal_path(1).write_text("Fatal Python error: Aborted\n\nThread 0x01 (most recent call first):\n")
     root = watch.root_failure()
     assert root["rank"] == 1 and "Aborted" in root["error"]
+
+
+# ------------------------------------------------------------------ process groups (items 12, 14)
+class _Env:
+    def export(self):  # RankEnv.export sets MASTER_ADDR/PORT, RANK...: not needed with the call faked
+        pass
+
+
+def test_nccl_gets_the_ranks_device_and_gloo_does_not(monkeypatch):
+    import torch.distributed as dist
+
+    from hpcprof.rank.env import init_process_group
+
+    calls = []
+    monkeypatch.setattr(dist, "init_process_group", lambda **kw: calls.append(kw))
+    init_process_group(_Env(), "nccl", 77, torch.device("cuda", 3))
+    init_process_group(_Env(), "gloo", 77, torch.device("cpu"))
+    assert calls[0]["device_id"] == torch.device("cuda", 3) and calls[0]["backend"] == "nccl"
+    assert "device_id" not in calls[1] and calls[1]["backend"] == "gloo"
+    assert all(c["timeout"].total_seconds() == 77 for c in calls)
+
+
+_GROUPS = """
+import json, sys, tempfile
+import torch.distributed as dist
+seen = []
+real = dist.new_group
+def new_group(*a, **kw):
+    seen.append(kw.get("timeout").total_seconds() if kw.get("timeout") is not None else None)
+    return real(*a, **kw)
+dist.new_group = new_group
+import hpcprof
+with tempfile.TemporaryDirectory() as tmp:
+    with hpcprof.run(batch_size=1, steps=2, runs_dir=tmp, name="g", train={"pg_timeout_s": 77},
+                     profiler={"enabled": False}) as run:
+        for _ in run.steps(total=2):
+            pass
+print(json.dumps(seen))
+"""
+
+
+def test_the_control_groups_have_the_jobs_timeout_not_gloos_30_minutes(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_", "TORCHELASTIC"))}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    p = subprocess.run([sys.executable, "-c", _GROUPS], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    seen = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(seen) >= 2 and seen == [77.0] * len(seen), seen
