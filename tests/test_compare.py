@@ -251,6 +251,43 @@ def test_min_change_pct_must_be_a_finite_percentage(bad, tmp_path):
         compare([str(tmp_path), str(tmp_path)], tmp_path / "o", min_change_pct=float(bad))
 
 
+@pytest.mark.parametrize("content", ["[]", "42", "\"text\"", "{\"source\": 7}"])
+def test_an_analysis_folder_whose_summary_is_not_ours_is_one_line(tmp_path, content):
+    """Issue 23 item 16: compare of an analysis folder whose summary.json holds [] ended
+    "comparison failed (AttributeError: 'list' object has no attribute 'get')"."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for d in (good, bad):
+        d.mkdir()
+    (good / "summary.json").write_text(json.dumps({"source": str(tmp_path / "gone")}))
+    (bad / "summary.json").write_text(content)
+    before = {p.name: p.read_text() for p in (good / "summary.json", bad / "summary.json")}
+    p = subprocess.run([sys.executable, "-m", "hpcprof.compare", str(good), str(bad), "--out", str(tmp_path / "o"), "--quiet"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr and "AttributeError" not in p.stderr, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{bad / 'summary.json'}" in lines[0] and "hpcprof.analyze" in lines[0], lines
+    assert "source" in lines[0] if content.startswith("{") else "expected a JSON object" in lines[0], lines
+    assert {p.name: p.read_text() for p in (good / "summary.json", bad / "summary.json")} == before
+
+
+@pytest.mark.parametrize("manifest", ["[]", json.dumps({"world_size": "two", "replicate": 5, "spec": [], "nodes": 3})])
+def test_a_run_whose_manifest_is_not_ours_is_compared_without_it(tmp_path, manifest):
+    """The same attack one file further: the analysed run's manifest.json holding [] ended
+    "comparison failed (AttributeError: 'list' object has no attribute 'get')"; fields of the wrong
+    type are left out as the analysis leaves them out (hpcprof.rundir.manifest.checked)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "manifest.json").write_text(manifest)
+    for arm in ("a", "b"):
+        (tmp_path / arm).mkdir()
+        (tmp_path / arm / "summary.json").write_text(json.dumps({"source": str(src)}))
+    p = subprocess.run([sys.executable, "-m", "hpcprof.compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                        str(tmp_path / "o"), "--quiet", "--no-op-deltas"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "Traceback" not in p.stderr and "Error" not in p.stderr, p.stderr
+    assert (tmp_path / "o" / "compare.html").is_file()
+
+
 # ------------------------------------------------------------------ replicates (issue 24)
 @pytest.fixture(scope="module")
 def replicate_sets(tmp_path_factory):

@@ -30,6 +30,7 @@ from ..rundir import RunDir
 from ..rundir.layout import current_umask
 from .decode.load import file_digest
 from .outputs.layout import AnalysisDir
+from .outputs.summary import read_summary
 
 ANALYSIS_VERSION = 13  # 13: communication kernels by what the trace says (ranks/comm_kernels.py: the host collective that launched them, known libraries), our kernel breakdown beside HTA's, collective metadata (comms id, message size); 12: the merged timeline's piece of each rank (timeline.parquet, meta.json `timeline`); 11: a CPU collective counts as waited for when the main thread resumed within 10 ms of its end (was 2 ms); 10: CPU collectives carry `waited` (the main thread blocked in them); 9: device-stream activity without CUDA categories is device work (MTIA)
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
@@ -163,10 +164,8 @@ def memo_hit(out: AnalysisDir, key: str) -> dict | None:
     """The summary of the outputs in `out` when they were made from the same inputs, marked as
     reused (every rank cached, nothing parsed); else None."""
     try:
-        s = json.loads(out.summary.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(s, dict):  # a summary.json holding [] or 42 is not ours: analyse again
+        s = read_summary(out.summary)
+    except ValueError:  # unreadable, or not ours ([] or 42): analyse again
         return None
     if s.get("inputs_key") != key or not out.report.is_file():
         return None

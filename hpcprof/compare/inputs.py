@@ -75,12 +75,12 @@ def resolve(args: list[str], out_dir: Path, workers: int | None = None, use_cach
 
 
 def _source_of(analysis_dir: Path) -> Path | None:
-    import json
+    from ..analysis.outputs.summary import read_summary
 
     try:
-        s = json.loads((analysis_dir / "summary.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise CompareError(f"{analysis_dir}/summary.json: unreadable ({exc})") from None
+        s = read_summary(analysis_dir / "summary.json")
+    except ValueError as exc:
+        raise CompareError(f"{exc}; run python -m hpcprof.analyze on its run or traces again") from None
     src = Path(s.get("source", ""))
     return src if src.is_dir() else None
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.outputs.summary import read_summary
 from ..analysis.reduce.throughput import throughput
 
 BREAKDOWN_JSONL = (("data_wait_s", "data wait"), ("copy_s", "copy"), ("drill_sleep_s", "drill sleep"), ("forward_s", "forward"),
@@ -72,10 +73,14 @@ def _table(analysis_dir: Path, name: str) -> pd.DataFrame:
 
 
 def _manifest(summary: dict) -> dict:
-    src = Path(summary.get("source", ""))
+    """The analysed run's manifest.json as the analysis read it: its fields of the wrong type left
+    out ({} for none, or one that is not a JSON object; the analysis' warnings named them)."""
+    from ..rundir import RunDir, RunDirError
+    from ..rundir.manifest import checked
+
     try:
-        return json.loads((src / "manifest.json").read_text())
-    except (OSError, ValueError):
+        return checked(RunDir(Path(summary.get("source", ""))).read_manifest())[0]
+    except (OSError, RunDirError):
         return {}
 
 
@@ -135,9 +140,9 @@ def load_series(label: str, analysis_dir: Path, source: str = "auto") -> RunSeri
     or "trace" (the trace's profiled steps always: to compare like with like against a folder of
     traces)."""
     try:
-        summary = json.loads((analysis_dir / "summary.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{analysis_dir}: no readable summary.json ({exc}); run python -m hpcprof.analyze on it first") from None
+        summary = read_summary(analysis_dir / "summary.json")
+    except ValueError as exc:
+        raise ValueError(f"{exc}; run python -m hpcprof.analyze on it first") from None
     recs = _table(analysis_dir, "steps_all")
     manifest = _manifest(summary)
     tp = None

@@ -102,3 +102,20 @@ def _whatif_fields(red: Reduced) -> dict[str, Any]:
 def write_summary(out: AnalysisDir, summary: dict) -> None:
     """summary.json, atomically; `summary` must be clean() already."""
     atomic_write_text(out.summary, json.dumps(summary, indent=2))
+
+
+def read_summary(path: Path) -> dict:
+    """A summary.json as written by :func:`write_summary`; ValueError, naming the file, for one that
+    cannot be read, is not JSON, is not a JSON object (``[]`` gave "AttributeError: 'list' object
+    has no attribute 'get'" in compare; issue 23 item 16) or whose ``source`` is not a path."""
+    kinds = {list: "a JSON array", str: "a JSON string", int: "a JSON number", float: "a JSON number",
+             bool: "a JSON boolean", type(None): "JSON null"}
+    try:
+        s = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(s, dict):
+        raise ValueError(f"{path}: not an hpcprof summary ({kinds.get(type(s), type(s).__name__)}, expected a JSON object)")
+    if not isinstance(s.get("source", ""), str):
+        raise ValueError(f"{path}: not an hpcprof summary (field source is {s['source']!r}, expected the analysed folder's path)")
+    return s
