@@ -16,7 +16,6 @@ time per type is HTA's kernel breakdown divided by the profiled steps (ms per st
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
