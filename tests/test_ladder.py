@@ -133,6 +133,38 @@ def test_an_unwritable_out_is_one_line_and_leaves_no_partial_ladder_json(tmp_pat
     assert p.returncode == 2 and "Traceback" not in p.stderr and "cannot create --out" in p.stderr, p.stderr
 
 
+def _read_only_view(folder: Path, cmd: list[str]) -> subprocess.CompletedProcess:
+    """`cmd` run where `folder` is on a read-only file system (EROFS, which root cannot write
+    through as it can through chmod 555): a private mount namespace holding a read-only bind mount of
+    it, gone with the command. Skips where mounts are not permitted."""
+    import shlex
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare not found")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {shlex.quote(str(folder))} {shlex.quote(str(folder))}"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private read-only mount here: {probe.stderr.strip()}")
+    f = shlex.quote(str(folder))
+    return subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {f} {f} && mount -o remount,ro,bind {f} && exec \"$@\"",
+                           "sh", *cmd], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_a_read_only_out_is_one_line_and_writes_nothing(tmp_path):
+    """Issue 23 item 14, the read-only half: `ladder --out` on a read-only file system ended in an
+    OSError traceback (both when --out had to be made and when it existed)."""
+    rungs = _bad_rungs(tmp_path)
+    ro = tmp_path / "ro"
+    (ro / "existing").mkdir(parents=True)
+    for out, needle in ((ro / "new", "cannot create --out"), (ro / "existing", "cannot write")):
+        p = _read_only_view(ro, [sys.executable, "-m", "hpcprof.ladder", str(rungs), "--out", str(out), "--cluster", "local"])
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert needle in p.stderr and str(out) in p.stderr and "Read-only file system" in p.stderr, p.stderr
+    assert sorted(str(x.relative_to(ro)) for x in ro.rglob("*")) == ["existing"]
+
+
 @pytest.fixture(scope="module")
 def cpu_ladder(tmp_path_factory):
     """One run of the README's CPU ladder with 3 interleaved replicates per rung, shared by the tests
