@@ -54,6 +54,10 @@ def test_a_fifo_or_a_device_is_refused_and_left_as_it_was(tmp_path):
         assert stat.S_ISCHR(dev.lstat().st_mode), "the device node was replaced by a file"
     _one_line(_sbatch("-o", "/dev/null"), "/dev/null", "device")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    folder = tmp_path / "folder"  # refused before this issue too: kept as a control
+    folder.mkdir()
+    _one_line(_sbatch("-o", str(folder)), str(folder), "is a folder")
+    assert folder.is_dir() and not list(folder.iterdir())
 
 
 def test_a_symlink_is_followed_the_link_stays_and_its_target_gets_the_script(tmp_path):
