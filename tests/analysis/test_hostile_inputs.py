@@ -153,11 +153,17 @@ def test_a_timeline_not_written_this_time_does_not_stay_from_the_last_analysis(d
     assert "timeline.pt.trace.json.gz" not in second["outputs"]["files"]
 
 
-def test_the_notebook_names_a_rank_that_is_not_in_the_analysis(dlrm_copy, tmp_path):
+@pytest.mark.parametrize("rank,message", [
+    ("9", "HPCPROF_RANK=9: rank 9 is not in this analysis; analysed ranks: 0, 1, 2, 3, 4, 5, 6, 7"),
+    ("five", "HPCPROF_RANK='five' is not a rank number; give a rank of the analysis, or -1"),
+])
+def test_the_notebook_names_a_rank_that_is_not_in_the_analysis(dlrm_copy, tmp_path, rank, message):
+    """A rank the analysis does not hold gave a bare KeyError: 9; a rank that is not a number, a
+    bare "invalid literal for int()"."""
     nb = REPO / "analysis" / "post_job.ipynb"
-    env = {**os.environ, "MPLBACKEND": "Agg", "HPCPROF_RUN_DIR": str(dlrm_copy), "HPCPROF_RANK": "9"}
+    env = {**os.environ, "MPLBACKEND": "Agg", "HPCPROF_RUN_DIR": str(dlrm_copy), "HPCPROF_RANK": rank}
     p = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", str(nb),
                         "--output-dir", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode != 0
-    assert "HPCPROF_RANK=9: rank 9 is not in this analysis; analysed ranks: 0, 1, 2, 3, 4, 5, 6, 7" in p.stderr, p.stderr[-3000:]
-    assert "KeyError" not in p.stderr
+    assert message in p.stderr, p.stderr[-3000:]
+    assert "KeyError" not in p.stderr and "invalid literal" not in p.stderr
