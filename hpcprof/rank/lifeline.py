@@ -11,7 +11,8 @@ happened (issue 23, item 1).
 So each local rank, at start-up (:func:`die_with_launcher`, called by
 :class:`hpcprof.rank.task.TrainTask` before it trains):
 
-- asks the kernel for SIGKILL when its parent, the controller, dies (``PR_SET_PDEATHSIG``);
+- asks the kernel for SIGKILL when its parent, the controller, dies (``PR_SET_PDEATHSIG``,
+  :func:`hpcprof.lifetime.die_with_parent`);
 - watches the launcher, two levels up, from a thread: when the launcher's process is gone (or a
   zombie, or its pid now belongs to a process started later), rank 0 records the outcome
   ``interrupted`` in the manifest, naming the launcher, and every rank stops as on Ctrl-C
@@ -23,18 +24,18 @@ SLURM ranks are not watched: a SLURM job outlives the command that submitted it 
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import threading
 import time
 from pathlib import Path
 
+from ..lifetime import die_with_parent
+
 POLL_S = 0.5
 """How often the watchdog looks at the launcher."""
 GRACE_S = 20.0
 """How long the ranks have to stop on SIGINT before they exit hard."""
-_PR_SET_PDEATHSIG = 1
 
 
 def launcher_identity(pid: int | None = None) -> str:
@@ -75,19 +76,6 @@ def launcher_alive(identity: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def die_with_parent() -> None:
-    """SIGKILL to this process when its parent dies (Linux; elsewhere nothing). Why SIGKILL: the
-    parent is gone, nobody is left to wait for a clean stop."""
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent or parent == 1:  # the parent died before the call
-        os._exit(1)
 
 
 def die_with_launcher(identity: str, run_root: str | os.PathLike, rank: int, grace_s: float = GRACE_S) -> threading.Thread:

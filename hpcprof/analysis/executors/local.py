@@ -13,31 +13,17 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from ...lifetime import die_with_parent
 from ..ranks.mapper import analyze_rank
 from ..ranks.result import RankResult
 
 DEFAULT_MAX_WORKERS = 8
 
 
-def die_with_parent() -> None:
-    """Pool initializer: this worker gets SIGKILL when the process that started it dies (Linux
-    prctl PR_SET_PDEATHSIG). Why: a SIGKILLed `analyze` left its chart workers drawing PNGs for
-    minutes (issue 13); nothing else can clean up after a SIGKILL. Elsewhere: nothing."""
-    import ctypes
-    import signal
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent died before the call: go now
-            os._exit(1)
-    except (OSError, AttributeError):
-        pass
-
-
 def worker_init() -> None:
     """Initializer of every worker pool of the analysis (map and charts): dies with its parent
-    (:func:`die_with_parent`) and ignores SIGINT. Why: Ctrl-C in a terminal reaches the whole
+    (:func:`hpcprof.lifetime.die_with_parent`: a SIGKILLed `analyze` left its chart
+    workers drawing PNGs for minutes, issue 13) and ignores SIGINT. Why: Ctrl-C in a terminal reaches the whole
     process group; workers that took it printed their own KeyboardInterrupt tracebacks and broke
     the pool, so `analyze` sometimes ended "analysis failed (BrokenProcessPool)" instead of
     "interrupted" (issue 23, item 3). The parent alone handles it and stops them (:func:`stop_pool`)."""
