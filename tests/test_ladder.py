@@ -133,6 +133,23 @@ def test_an_unwritable_out_is_one_line_and_leaves_no_partial_ladder_json(tmp_pat
     assert p.returncode == 2 and "Traceback" not in p.stderr and "cannot create --out" in p.stderr, p.stderr
 
 
+def test_a_rung_with_runs_under_way_has_a_status():
+    """A SLURM ladder with --repeat records each rung as soon as its first run is submitted (its
+    other runs pending): Rung.settle raised StopIteration on ["submitted", "pending", ...], which
+    stopped `ladder --cluster slurm --repeat 3` at its first submission with a traceback."""
+    from hpcprof.launch.ladder import Rung, RungRun
+
+    def status(*states):
+        rung = Rung(1, Path("01-a.toml"), "01-a", runs=[RungRun(f"01-a-r{k}", k, s) for k, s in enumerate(states, 1)])
+        rung.settle()
+        return rung.status
+
+    assert status("submitted", "pending", "pending") == "submitted"
+    assert status("failed", "submitted", "pending") == "failed"
+    assert status("ok", "submitted", "pending") == "1 of 3 runs ok"
+    assert status("interrupted", "not launched") == "interrupted"
+
+
 def _read_only_view(folder: Path, cmd: list[str]) -> subprocess.CompletedProcess:
     """`cmd` run where `folder` is on a read-only file system (EROFS, which root cannot write
     through as it can through chmod 555): a private mount namespace holding a read-only bind mount of

@@ -90,8 +90,8 @@ class Rung:
             self.status = f"{ok} of {len(states)} runs ok"
         elif states and len(set(states)) == 1:
             self.status = states[0]
-        elif states:
-            self.status = next(s for s in states if s not in ("ok", "pending", "submitted"))
+        elif states:  # a failure first; else runs still under way ("submitted" beside "pending")
+            self.status = next((s for s in states if s not in ("ok", "pending", "submitted")), "submitted")
         self.error = self.error or next((r.error for r in self.runs if r.error), None)
 
 
@@ -223,6 +223,11 @@ def run_ladder(jobs_dir: Path, options: list[str], out: Path, through: int | Non
                 ln = _launch_rung(rung, rr, options, out, dep, repeat, log)
                 if ln is not None:
                     rr.run_dir, rr.job_id, rr.status = str(ln.run.root), str(ln.job.job_id), "submitted"
+                    # recorded before waiting: a SIGKILLed ladder (nothing runs in it to write) leaves
+                    # a ladder.json that leads to the run in flight, whose own state tells how it ended
+                    rung.settle()
+                    with contextlib.suppress(LadderError):  # best effort here; the next write reports
+                        _record(out, record, rungs)
                     if ln.executor == "slurm":
                         prev_job = rr.job_id  # the next run starts after this one ends
                         launches.append((rr, ln))
