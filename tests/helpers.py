@@ -431,3 +431,41 @@ def _assert_drilled_rank_named(summary: dict, truth: DrillTruth, rank: int, caus
     assert named["console"] == rank and named["report row"] == rank, named
     assert first_rec.startswith(f"Straggler: rank {rank}"), named
     return figure
+
+
+def processes_naming(folder: Path) -> list:
+    """Every process of the machine (psutil.Process) whose command line or working folder names
+    `folder`, this one and zombies left out: what a command run for a test under `folder` still has
+    running (the submitit controller and the ranks name their run's folder; a process started
+    after the test listed the command's tree, a DataLoader worker say, is caught too)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        try:
+            text = " ".join(p.info["cmdline"] or []) + " " + (p.info["cwd"] or "")
+            if str(folder) in text and p.pid != os.getpid() and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+def left_running(folder: Path, timeout: float = 30) -> list[str]:
+    """The processes naming `folder` (:func:`processes_naming`) still running after up to `timeout`
+    s, as "pid command"; they are then killed, so that none outlives the test."""
+    import time
+
+    import psutil
+
+    deadline = time.time() + timeout
+    while (procs := processes_naming(folder)) and time.time() < deadline:
+        time.sleep(0.2)
+    left = []
+    for p in procs:
+        try:
+            left.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return left

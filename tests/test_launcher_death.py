@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import processes_naming
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -62,10 +63,13 @@ def _stepping(run: Path, proc: subprocess.Popen, world: int = 2, timeout: float 
     raise AssertionError(f"the run did not start stepping: {_finish(proc)}")
 
 
-def _left_running(tree: list[psutil.Process], timeout: float = 30) -> list[str]:
-    """The processes of `tree` still running after `timeout` s (then killed, so none stays behind)."""
+def _left_running(tree: list[psutil.Process], timeout: float = 30, folder: Path | None = None) -> list[str]:
+    """The processes of `tree`, and those referring to `folder`, still running after `timeout` s
+    (then killed, so none stays behind)."""
     gone, alive = psutil.wait_procs(tree, timeout=timeout)
     alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    if folder is not None:
+        alive += [p for p in processes_naming(folder) if p.pid not in {a.pid for a in alive}]
     left = []
     for p in alive:
         try:
@@ -104,16 +108,45 @@ def _state(run: Path):
     return run_state(run)
 
 
+_USER_SCRIPT = """
+import time
+import torch
+import hpcprof
+
+with hpcprof.run(batch_size=8) as run:  # the public step-loop API, as a user's training script uses it
+    model = torch.nn.Linear(32, 32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in run.steps():
+        with run.region("forward"):
+            loss = model(torch.randn(8, 32)).pow(2).mean()
+        with run.region("backward"):
+            loss.backward()
+        opt.step()
+        opt.zero_grad()
+        time.sleep(0.02)
+"""
+
+
+def _workload(tmp_path: Path, workload: str) -> list[str]:
+    """submit's flags for the built-in trainer, or for a user's script written with hpcprof.run()."""
+    if workload == "built-in":
+        return SMALL
+    script = tmp_path / "train.py"
+    script.write_text(_USER_SCRIPT)
+    return [*SMALL[:4], "--script", str(script), "--train-steps", "5000", "--profiler-wait", "4000"]
+
+
+@pytest.mark.parametrize("workload", ["built-in", "hpcprof.run() script"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP], ids=["SIGKILL", "SIGHUP"])
-def test_ranks_die_with_submit_and_the_manifest_says_so(tmp_path, sig, reap):
-    proc = _start(tmp_path, "hpcprof.submit", *SMALL, "--runs-dir", str(tmp_path), "--name", "r")
+def test_ranks_die_with_submit_and_the_manifest_says_so(tmp_path, sig, workload, reap):
+    proc = _start(tmp_path, "hpcprof.submit", *_workload(tmp_path, workload), "--runs-dir", str(tmp_path), "--name", "r")
     reap.append(proc)
     run = tmp_path / "r"
     tree = _stepping(run, proc)
     reap.extend(tree)
     os.kill(proc.pid, sig)
     out, err = _finish(proc)
-    left = _left_running(tree)
+    left = _left_running(tree, folder=tmp_path)
     assert not left, f"still running after submit died of {sig.name}: {left}"
     outcome = _manifest(run)["outcome"]
     assert outcome and outcome["state"] == "interrupted", outcome
@@ -141,7 +174,7 @@ def test_ctrl_c_of_submit_is_one_line_and_leaves_nothing(tmp_path, reap):
     reap.extend(tree)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
     out, err = _finish(proc)
-    left = _left_running(tree)
+    left = _left_running(tree, folder=tmp_path)
     assert not left, left
     assert proc.returncode == 130, (proc.returncode, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
@@ -167,13 +200,18 @@ def test_stopping_the_ladder_stops_its_rung_and_keeps_the_record(tmp_path, how, 
     else:
         os.kill(proc.pid, signal.SIGKILL)
     out, err = _finish(proc)
-    left = _left_running(tree)
+    left = _left_running(tree, folder=tmp_path)
     assert not left, f"still running after the ladder got {how}: {left}"
     assert not (out_dir / "02-b").exists(), "a rung was launched after the interruption"
     st = _state(out_dir / "01-a")
     assert st.state == "interrupted", st
     if how == "SIGKILL":
-        return  # nothing can write after a SIGKILL but the ranks (checked above through the run state)
+        # nothing can write after a SIGKILL but the ranks (checked above through the run state); the
+        # ladder's record, written before the rung ran, is whole and leads to that run
+        record = json.loads((out_dir / "ladder.json").read_text())
+        assert [r["name"] for r in record["rungs"]] == ["01-a", "02-b"], record
+        assert record["rungs"][0]["runs"][0]["run_dir"] == str(out_dir / "01-a"), record
+        return
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     lines = _one_line(err)
     assert len(lines) == 1 and "interrupted" in lines[0], lines

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from helpers import left_running
+
 REPO = Path(__file__).resolve().parents[2]
 FAST = ["--job", str(REPO / "jobs" / "demo-local.toml"), "--model-image-size", "32", "--data-batch-size", "8"]
 
@@ -46,3 +48,7 @@ def test_scancel_during_wait_is_reported_as_cancelled(slurm_cluster, tmp_path):
     assert "CANCELLED" in text and "failed at step" not in text and "peer failure" not in text, text
     m = json.loads((run / "manifest.json").read_text())
     assert m["outcome"]["state"] == "cancelled"
+    # SLURM ends the ranks (SIGTERM, which submitit's ranks bypass, then SIGKILL after KillWait):
+    # none is left in the process table (issue 23: nothing left running)
+    left = left_running(tmp_path, timeout=30)
+    assert not left, f"still running after scancel: {left}"
