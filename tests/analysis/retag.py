@@ -7,7 +7,8 @@ matching and verdicts as on the NCCL-named original. The names are real ones:
 - PyTorch symmetric memory (torch/csrc/distributed/c10d/symm_mem, as Kineto shows it in vLLM and
   SGLang profiles): `void (anonymous namespace)::multimem_all_reduce_kernel<...>(...)`;
 - DeepEP (deepseek-ai/DeepEP, NVSHMEM): `void deep_ep::intranode::dispatch<...>(...)`,
-  `void deep_ep::internode::combine<...>(...)`;
+  `void deep_ep::internode::combine<...>(...)`; DeepSeek's own build of it, in their published
+  profiles (deepseek-ai/profile-data): `void dpsk::ep::internode::dispatch_ll<...>(...)`;
 - NEUTRAL: names no rule knows, so only the link to the host collective can find them.
 """
 
@@ -24,6 +25,12 @@ DEEPEP_DISPATCH = ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float
                    "int, int, int, int, void**, int, int, int)")
 DEEPEP_COMBINE = ("void deep_ep::internode::combine<false, 8, 4, 768, 8192>(int4*, float*, bool*, int4 const*, "
                   "float const*, int const*, int const*, int const*, void*, void**, int, int, int, int, int, int)")
+# DeepEP's low-latency kernels as DeepSeek's own profiles name them (deepseek-ai/profile-data, decode.json:
+# the internal build of DeepEP, namespace dpsk::ep; its kernels carry no host-side annotation)
+DPSK_DISPATCH_LL = ("void dpsk::ep::internode::dispatch_ll<true, 3, 10, 7168>(void*, float*, int*, long*, int*, int*, void*, "
+                    "int*, void*, void const*, long const*, int*, int*, int*, int, int, int, int, int, int, int, int*, int)")
+DPSK_COMBINE_LL = ("void dpsk::ep::internode::combine_ll<3, 10, 7168, 9>(void*, void*, int*, void*, void const*, long const*, "
+                   "float const*, int const*, long const*, int*, int, int*, int, int, int, int, int, int, int, int*, int)")
 # the kernel-name prefix in the DLRM and sampled sets -> its new name
 SYMMETRIC_AND_EXPERT_PARALLEL = {"ncclKernel_AllReduce": SYMM_MEM_ALL_REDUCE, "ncclKernel_SendRecv": DEEPEP_DISPATCH}
 NEUTRAL = {"ncclKernel_AllReduce": "fused_reduce_kernel_v2", "ncclKernel_SendRecv": "exchange_rows_kernel"}

@@ -44,6 +44,29 @@ def test_large_stall_names_the_stalled_rank_and_says_most_communication_is_waiti
     assert c["waited_for"][0]["rank"] == 4
 
 
+def test_the_split_per_rank_moves_the_stall_into_the_others_waiting(replayed_sets):
+    # per rank, as the drill made it: at the drilled collective every other rank now waits
+    # stall - slack more (slack: how much earlier than the last arrival rank 4 used to be) and
+    # rank 4 waits `slack` less, so for each other rank r: its added wait + rank 4's saved wait =
+    # the stall; nobody's transfer changes (the collectives end with the last arrival + transfer)
+    _, s, info = replayed_sets["dlrm_stall"]
+    _, base, _ = replayed_sets["dlrm"]
+    now, was = ({r["rank"]: r for r in x["per_rank"]} for x in (s, base))
+    saved = was[4]["comm_wait_ms_per_step"] - now[4]["comm_wait_ms_per_step"]
+    assert saved >= 0
+    for r in range(8):
+        assert now[r]["comm_transfer_ms_per_step"] == pytest.approx(was[r]["comm_transfer_ms_per_step"], abs=0.02), r
+        if r != 4:
+            added = now[r]["comm_wait_ms_per_step"] - was[r]["comm_wait_ms_per_step"]
+            # measured: 20.82-20.86 ms for a 20.823 ms stall (the numbers are rounded to 0.01 ms, and
+            # rank 4's later collectives move by a few hundredths: its wait at the last one +0.06 ms)
+            assert added + saved == pytest.approx(info["stall_ms"], abs=0.05), r
+    # the per-rank split adds up to the job's
+    c = s["communication"]
+    assert sum(x["comm_wait_ms_per_step"] for x in now.values()) == pytest.approx(c["wait_ms_per_step"], abs=0.05)
+    assert sum(x["comm_transfer_ms_per_step"] for x in now.values()) == pytest.approx(c["transfer_ms_per_step"], abs=0.05)
+
+
 def test_transfer_dominated_collectives_stay_communication_bound(replayed_sets):
     _, s, _ = replayed_sets["sampled"]
     c = s["communication"]

@@ -24,7 +24,7 @@ from hpcprof.analysis.ranks.comm_kernels import NCCL_RE, classify, frame_from_ev
 from hpcprof.analysis.ranks.timeline import GPU_CATS
 
 from .conftest import DLRM, TRACES, require
-from .retag import DEEPEP_DISPATCH, NEUTRAL, SYMMETRIC_AND_EXPERT_PARALLEL, retag_doc, retag_set
+from .retag import DEEPEP_DISPATCH, DPSK_COMBINE_LL, DPSK_DISPATCH_LL, NEUTRAL, SYMMETRIC_AND_EXPERT_PARALLEL, retag_doc, retag_set
 
 RETAGS = {"symmetric_and_expert_parallel": SYMMETRIC_AND_EXPERT_PARALLEL, "neutral": NEUTRAL}
 
@@ -135,6 +135,11 @@ def test_rules_both_ways_on_a_real_rank():
     retag_doc(doc, SYMMETRIC_AND_EXPERT_PARALLEL)
     doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith(host_comm)]
     assert _found(doc) == {DEEPEP_DISPATCH: "name: DeepEP", SYMMETRIC_AND_EXPERT_PARALLEL["ncclKernel_AllReduce"]: "name: PyTorch symmetric memory"}
+    # DeepSeek's published profiles name DeepEP's kernels dpsk::ep::* (deepseek-ai/profile-data)
+    doc = _rank0()
+    retag_doc(doc, {"ncclKernel_AllReduce": DPSK_DISPATCH_LL, "ncclKernel_SendRecv": DPSK_COMBINE_LL})
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith(host_comm)]
+    assert _found(doc) == {DPSK_DISPATCH_LL: "name: DeepEP", DPSK_COMBINE_LL: "name: DeepEP"}
     # a name no rule knows and no host collective around its launch: nothing says it communicates
     doc = _rank0()
     retag_doc(doc, NEUTRAL)

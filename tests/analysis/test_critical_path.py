@@ -128,3 +128,25 @@ def test_the_path_has_its_own_lane_on_the_merged_timeline(replayed_sets):
     # a flow arrow wherever the chain moves to another rank
     moves = sum(1 for a, b in zip(lane, lane[1:]) if a["pid"] != b["pid"])
     assert sum(1 for e in doc["traceEvents"] if e.get("tid") == LANE_TID and e["ph"] == "s") == moves > 0
+
+
+def test_the_report_and_the_console_show_the_path(replayed_sets):
+    # the drilled rank 4 carries the path (the stall is most of the step); a user reads that in the
+    # verdict, the report's section (chart, per-step totals, the chain) and the console
+    from hpcprof.analysis import console_summary
+
+    _, s, info = replayed_sets["dlrm_stall"]
+    cp = s["critical_path"]
+    top_rank, top_ms = next(iter(cp["by_rank_ms_per_step"].items()))
+    assert top_rank == "4" and top_ms >= info["stall_ms"]
+    page = open(s["outputs"]["report"], encoding="utf-8").read()
+    verdict = page[page.index("<section id='verdict'"):]
+    verdict = verdict[:verdict.index("</section>")]
+    assert "<b>Critical path</b> across ranks" in verdict and f"rank 4 {top_ms:.2f}" in verdict.replace(",", "")
+    sec = page[page.index("<section id='critical-path'>"):]
+    sec = sec[:sec.index("</section>")]
+    assert "<img" in sec and "The chain of step" in sec
+    assert sec.count("<tr") >= 1 + cp["steps"][0]["links"]  # the per-step totals and every link of the chain
+    text = console_summary(s)
+    line = next(x for x in text.splitlines() if x.startswith("critical path across ranks"))
+    assert f"{cp['total_ms_per_step']:.2f} ms per step" in line and "rank 4" in line

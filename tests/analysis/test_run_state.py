@@ -17,8 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from hpcprof.rundir.state import run_state
 
 REPO = Path(__file__).resolve().parents[2]

@@ -69,3 +69,20 @@ def test_drill_names_rank1_first_with_host_gap_and_its_in_run_cost(analysed, dri
     assert truth.drilled_profiled * 2 == truth.profiled, truth  # the window holds as many drilled steps as not
     figure = assert_straggler_drill_verdict(analysed["drill"], truth, rank=1, run=drill_runs["drill"])
     print(f"local drill: {figure}")
+
+
+def test_the_critical_path_adds_up_to_the_replayed_step_on_the_live_cpu_runs(analysed):
+    # the CPU (gloo) chains start segments at the collectives the main thread waited for, unlike the
+    # GPU traces of test_critical_path: the walk back must still add up to the replay, step by step
+    import pandas as pd
+    from pathlib import Path
+
+    for name, s in analysed.items():
+        tables = Path(s["outputs"]["tables"])
+        links = pd.read_parquet(tables / "critical_path.parquet")
+        replayed = pd.read_parquet(tables / "whatif_steps.parquet").set_index("step")["replayed_ms"].sort_index()
+        total = links.groupby("step")["dur_ms"].sum().sort_index()
+        assert len(total) == len(replayed) == len(s["critical_path"]["steps"]) > 0, name
+        # within 10 ns: the links are differences of absolute timestamps in float64, summed link by link
+        # (measured: up to 1.5 ns apart)
+        pd.testing.assert_series_equal(total, replayed, check_names=False, atol=1e-5, rtol=0)

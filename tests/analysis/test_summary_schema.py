@@ -18,8 +18,9 @@ import pytest
 from hpcprof.analysis import analyze
 
 from .conftest import REPO, SAMPLED, require
-from .test_throughput_outputs import run_with_steps  # noqa: F401  (the fixture: a run directory with step records)
+from . import test_throughput_outputs
 
+run_with_steps = test_throughput_outputs.run_with_steps  # the fixture: a run directory with step records
 SCHEMA = REPO / "docs" / "summary-json.md"
 
 #: Block name -> the objects of a summary that the block describes (every item of a list).
@@ -108,7 +109,7 @@ def triggered_summary(straggler_summary, tmp_path_factory) -> dict:
     return s
 
 
-def test_documented_keys_are_exactly_those_written(straggler_summary, triggered_summary, run_with_steps):  # noqa: F811
+def test_documented_keys_are_exactly_those_written(straggler_summary, triggered_summary, run_with_steps):
     written = [straggler_summary, analyze(run_with_steps, progress=False), triggered_summary]
     assert written[1]["throughput"], "the run with step records must give a throughput to check"
     doc = blocks(SCHEMA.read_text())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import shutil
 from collections import Counter
 from pathlib import Path
 

@@ -69,7 +69,7 @@ def test_tiny_stall_absorbed_by_slack(tiny, tmp_path):
     # rank 0 arrives 200 us early: a 100 us stall is absorbed; rank 0 still ends (820) before rank 1 (900)
     info = inject(tiny, tmp_path / "out", 0, stall_ms=0.1, before_collective=0)
     assert info["job_time_increase_ms"] == pytest.approx(0.0)
-    r0, r1 = _by_name(_read(tmp_path / "out", 0)), _by_name(_read(tmp_path / "out", 1))
+    r0 = _by_name(_read(tmp_path / "out", 0))
     assert (r0["ncclKernel_AllReduce_RING_LL_Sum_float"]["ts"], r0["ncclKernel_AllReduce_RING_LL_Sum_float"]["dur"]) == (400, 200)
     assert r0["relu_kernel"]["ts"] == 700 and r0["ProfilerStep#1"]["dur"] == 820
     assert _read(tmp_path / "out", 1) == _rank_doc(1, 500, 900)  # nobody waited for rank 0

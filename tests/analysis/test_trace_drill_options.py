@@ -11,7 +11,9 @@ import sys
 import pytest
 
 from .conftest import REPO
-from .test_trace_drill import tiny  # noqa: F401  (the fixture: a 2-rank set with hand-computed answers)
+from . import test_trace_drill
+
+tiny = test_trace_drill.tiny  # the fixture: a 2-rank set with hand-computed answers
 
 BAD = [
     (["--stall-ms", "nan", "--before-collective", "0"], "--stall-ms"),
@@ -31,7 +33,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,option", BAD, ids=[" ".join(a) for a, _ in BAD])
-def test_a_value_that_makes_no_sense_is_one_line_and_writes_nothing(tiny, tmp_path, args, option):  # noqa: F811
+def test_a_value_that_makes_no_sense_is_one_line_and_writes_nothing(tiny, tmp_path, args, option):
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "hpcprof.drills.trace_drill", str(tiny), str(out), "--rank", "1", *args],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -43,7 +45,7 @@ def test_a_value_that_makes_no_sense_is_one_line_and_writes_nothing(tiny, tmp_pa
     assert r.stdout == ""
 
 
-def test_the_largest_accepted_values_still_drill(tiny, tmp_path):  # noqa: F811
+def test_the_largest_accepted_values_still_drill(tiny, tmp_path):
     """The bounds are not a wall for real uses: a 10-minute stall and a 1000x stretch drill."""
     from hpcprof.drills import inject
 

@@ -8,6 +8,7 @@ and each other.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -26,7 +27,7 @@ def _draw(chart: str, *args) -> None:
 
 
 def _import_plots() -> None:
-    from . import plots  # noqa: F401  (matplotlib's import is about 1 s)
+    importlib.import_module(f"{__package__}.plots")  # matplotlib's import is about 1 s
 
 
 class Charts:

@@ -50,7 +50,7 @@ ATEN_RE = re.compile(r"(?:^|[\s(:])at::(?:native|cuda)::|^(?:void )?at::")
 MEMORY_RE = re.compile(r"^(?:Memcpy|Memset|dma)")
 PEER_COPY_RE = re.compile(r"PtoP|Peer", re.I)
 KNOWN_LIBRARIES = (
-    ("DeepEP", re.compile(r"deep_ep::")),
+    ("DeepEP", re.compile(r"deep_ep::|dpsk::ep::")),  # dpsk::ep: DeepSeek's own build (deepseek-ai/profile-data)
     ("NVSHMEM", re.compile(r"nvshmem", re.I)),
     ("PyTorch symmetric memory", re.compile(r"multimem_(?:one_shot_)?all_(?:reduce|gather)|one_shot_all_reduce|two_shot_all_reduce|symm_mem")),
     ("vLLM custom all-reduce", re.compile(r"cross_device_reduce")),

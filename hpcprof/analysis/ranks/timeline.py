@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .categories import STEP_CATEGORIES, CategoryClock
-from .comm_kernels import NCCL_RE, classify, short_kernel_name  # noqa: F401  (NCCL_RE: HTA's name rule, imported from here before)
+from .comm_kernels import classify, short_kernel_name
 
 from ...rundir.records import REGION_DATA
 

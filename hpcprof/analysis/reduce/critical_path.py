@@ -6,10 +6,10 @@ the step ends when the last rank ends, and that rank waited at its collectives f
 arrived last there, and so on back to the step's start. Reading that chain tells where the job's
 time goes across ranks: which rank's work, in which category, and how much of it is transfer.
 
-Read from the what-if replay's step graph (reduce/whatif.py, StepGraph) with the measured segments,
+Read from the what-if replay's step graph (reduce/step_graph.py: StepGraph, replay_ends) with the measured segments,
 so the path is the replay's own explanation of the step time:
 - the replay: collective k ends at E(k) = max over its ranks m of (t0(m, k) + seg(m, k)) + T(k),
-  where t0(m, k) is the end of the collective m's segment starts from (whatif._anchors), or m's
+  where t0(m, k) is the end of the collective m's segment starts from (step_graph._anchors), or m's
   step start; rank r ends at (E(its last collective) or its start) + tail(r); the step time is the
   latest rank end minus the earliest step start;
 - the path, walked backwards: the rank that ends last, its TAIL; the collective its tail starts
@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from ..ranks.categories import CAUSE_CATEGORIES
-from .whatif import StepGraph, _cause_clock
+from .cause import cause_clock
+from .step_graph import StepGraph, replay_ends
 
 MAX_LINKS_IN_SUMMARY = 100
 """Links per step written into summary.json (all of them are in tables/critical_path)."""
@@ -84,29 +85,10 @@ def _link_dict(row: dict) -> dict:
             "start_ms": row["start_ms"], "dur_ms": row["dur_ms"], "category_ms": cats}
 
 
-def _replay_measured(g: StepGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """E (K,), the member that set each collective's end (K,), and each rank's end (R,): the replay
-    of whatif.replay with the measured segments and tails, keeping the argmax."""
-    R, K = g.member.shape
-    E = np.zeros(K)
-    setter = np.full(K, -1, dtype=int)
-    for k in range(K):
-        m = np.flatnonzero(g.member[:, k])
-        a = g.prev[m, k]
-        t0 = np.where(a >= 0, E[np.maximum(a, 0)], g.start[m])
-        ready = t0 + g.seg[m, k]
-        j = int(np.argmax(ready))
-        setter[k] = m[j]
-        E[k] = ready[j] + g.transfer[k]
-    lk = g.last_k
-    fin = np.where(lk >= 0, E[np.maximum(lk, 0)] if K else g.start, g.start) + g.tail
-    return E, setter, fin
-
-
 def path_of(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, kinds: dict | None = None) -> tuple[list[dict], dict]:
     """The critical path of one step graph: its links in time order and the step's totals."""
-    E, setter, fin = _replay_measured(g)
-    cats = _cause_clock(g, m, steps)  # the cumulative category times the straggler cause reads
+    E, setter, fin = (x[0] for x in replay_ends(g, g.seg[None], g.tail[None]))  # the replay with the measured segments
+    cats = cause_clock(g, m, steps)  # the cumulative category times the straggler cause reads
     origin = float(g.start.min())
     links: list[dict] = []
 

@@ -1,0 +1,281 @@
+"""The step graph of the what-if replay, and the replay itself: each profiled step as R ranks x K
+matched collectives, and the step time they give when some ranks' work changes (reduce/whatif.py
+asks it what each rank costs the job; reduce/critical_path.py walks it back to the chain that sets
+the step's end).
+
+Model (docs/analysis.md, "What-if replay", says the same in prose):
+- Per rank and profiled step, a CHAIN: the step start (ProfilerStep#N start), then alternately the
+  rank's own work SEGMENT and a matched COLLECTIVE, then the TAIL up to the rank's step end (the
+  later of the ProfilerStep end and the end of the device work launched in the step).
+  Arrival of rank r at collective k = start of its NCCL kernel (GPU) or of its `gloo:<op>` (CPU);
+  segment w_r(k) = arrival_r(k) - end_r(previous collective in the chain, or step start). Work that
+  is not a matched collective (compute, copies, host time, collectives with ranks outside the
+  analysed set or whose matching failed) is part of the segments.
+- Collectives are ordered by their last arrival (all ranks agree on that order, so the graph has no
+  cycles). GPU: the NCCL kernels of a stream run one after another, so a rank's segment starts at
+  the end of its previous collective, or, where that one was still running when the rank arrived
+  (another stream), at the latest one that had ended (`_anchors`). CPU (gloo): collectives run on
+  worker threads; the main thread waits for some (DDP's buffer broadcast at the start of forward,
+  the gradient all-reduces still in flight at the end of backward) and goes on computing during
+  others (the gradient all-reduces launched during backward). The rank mapper marks each instance
+  `waited` from the main thread's activity during it (hpcprof.analysis.ranks.timeline); a CPU
+  rank's segment starts at the end of the latest-ending collective it waited for, or the step
+  start, and its tail at the end of the latest-ending one it waited for (`_chain_points`).
+  The model ignores: a dependency on a collective that overlapped the arrival (another stream),
+  transfer times that would change with other arrival patterns, and a rank whose arrival was set by its own compute while the model chains it to the previous
+  collective's end (GPU; it then overstates what an earlier end would have saved).
+- A collective ends at its last arrival plus its TRANSFER, T(k) = median over its ranks of
+  (end_r - last arrival), held fixed in every replay. Every rank leaves it at that instant.
+- Replay: start at the measured (clock-aligned) step starts, walk the collectives in order:
+  E(k) = max over its ranks of (E(previous of r) + w_r(k)) + T(k); rank end = E(last) + tail.
+  Step time = latest rank end - earliest rank start (the same definition as the trace drills of
+  hpcprof.drills.trace_drill, whose injected delays are the known answers the tests check).
+- replay error = (step time replayed with the measured segments - measured step time) / measured;
+  it must be small before any cost is trusted (reported per run and per step).
+- cost(s) per step = replayed step time - replayed step time with s's segments and tail replaced
+  by the median of the other ranks' matching segments (same collective) and tails. Both terms are
+  replays, so the model's own error cancels. It can be negative (s was faster than the median).
+- straggler slowdown S = replayed step time / step time replayed with every rank at the median of
+  all ranks (sum over the profiled steps).
+- Step starts are inputs: lateness a rank brings into a step was made in the previous step.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass
+class StepGraph:
+    """One profiled step: R ranks x K collectives (in replay order)."""
+
+    step: int
+    ranks: np.ndarray  # (R,)
+    start: np.ndarray  # (R,) aligned step starts
+    end: np.ndarray  # (R,) aligned step ends
+    member: np.ndarray  # (R, K) bool
+    seg: np.ndarray  # (R, K) segment before collective k (NaN if not a member)
+    transfer: np.ndarray  # (K,)
+    tail: np.ndarray  # (R,)
+    arrival: np.ndarray  # (R, K) aligned arrivals (NaN if not a member)
+    keys: list
+    prev: np.ndarray  # (R, K) the collective the segment before k starts from (-1: step start), see _anchors
+    last_k: np.ndarray  # (R,) the rank's latest-ending collective, where its tail starts (-1: none)
+    coll_end: np.ndarray  # (R, K) aligned ends (NaN if not a member)
+
+    @property
+    def measured_ms(self) -> float:
+        return float(self.end.max() - self.start.min()) / 1e3
+
+
+def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[StepGraph]:
+    """Step graphs from matched instances `m` (arrival/end aligned, key) and the per-rank steps
+    table (rank, step, ts_us, end_us[, device_end_us]). Without step markers, one graph over the
+    whole trace (start = a rank's first arrival, end = its last collective end)."""
+    if steps is None or steps.empty:
+        g = m.groupby("rank")
+        steps = pd.DataFrame({"rank": g["arrival"].min().index, "step": -1, "start": g["arrival"].min().to_numpy(),
+                              "stop": g["end"].max().to_numpy()})
+        m = m.assign(step=-1)
+    else:
+        off = steps["rank"].map(offsets).fillna(0.0)
+        stop = steps["end_us"]
+        if "device_end_us" in steps:
+            stop = np.fmax(stop, steps["device_end_us"])
+        steps = pd.DataFrame({"rank": steps["rank"], "step": steps["step"], "start": steps["ts_us"] - off, "stop": stop - off})
+    # GPU: NCCL kernels of a stream run one after the other: a rank's segment runs from its previous
+    # collective's end. CPU (gloo): only the collectives the main thread waited for are chain points.
+    serial = not ("source" in m and (m["source"] == "cpu").mean() > 0.5)
+    waited_col = m["waited"].fillna(True).astype(bool) if "waited" in m else pd.Series(True, index=m.index)
+    m = m.assign(waited=waited_col)
+    out = []
+    key_step = m.groupby("key")["step"].agg(lambda s: s.mode().iloc[0])
+    m = m[m["step"].to_numpy() == m["key"].map(key_step).to_numpy()]
+    for step, st in steps.groupby("step"):
+        st = st.drop_duplicates("rank").sort_values("rank")
+        ranks = st["rank"].to_numpy()
+        if len(ranks) < 2:
+            continue
+        sub = m[(m["step"] == step) & m["rank"].isin(ranks)]
+        cnt = sub.groupby("key")["rank"].transform("nunique")
+        sub = sub[cnt >= 2]
+        g = sub.groupby("key")
+        order = pd.DataFrame({"last": g["arrival"].max(), "end": g["end"].median()}).sort_values(["last", "end"])
+        keys = list(order.index)
+        R, K = len(ranks), len(keys)
+        ri = {int(r): i for i, r in enumerate(ranks)}
+        ki = {k: j for j, k in enumerate(keys)}
+        arr = np.full((R, K), np.nan)
+        end = np.full((R, K), np.nan)
+        waited = np.zeros((R, K), dtype=bool)
+        for r, k, a, e, w in zip(sub["rank"], sub["key"], sub["arrival"], sub["end"], sub["waited"]):
+            arr[ri[int(r)], ki[k]], end[ri[int(r)], ki[k]] = a, e
+            waited[ri[int(r)], ki[k]] = bool(w)
+        member = ~np.isnan(arr)
+        chain = member if serial else member & _chain_points(member, arr, waited)[None, :]
+        start, stop = st["start"].to_numpy(float), st["stop"].to_numpy(float)
+        prev = _anchors(member, arr, end, chain, by_end=not serial)
+        seg = np.full((R, K), np.nan)
+        for i in range(R):
+            for k in np.flatnonzero(member[i]):
+                p = prev[i, k]
+                seg[i, k] = arr[i, k] - (end[i, p] if p >= 0 else start[i])
+        last_k = _tail_anchors(chain, end)
+        tail = stop - np.where(last_k >= 0, end[np.arange(R), np.maximum(last_k, 0)] if K else start, start)
+        last_arr = np.nanmax(arr, axis=0) if K else np.empty(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            transfer = np.nanmedian(end - last_arr[None, :], axis=0) if K else np.empty(0)
+        out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k, end))
+    return out
+
+
+def _anchors(member: np.ndarray, arr: np.ndarray, end: np.ndarray, chain: np.ndarray | None = None,
+             by_end: bool = False) -> np.ndarray:
+    """(R, K): the collective each rank's segment before k starts from (-1: the step start).
+
+    Normally the rank's previous collective. Where that one was still running when the rank arrived
+    at k (gloo runs collectives on two worker threads; NCCL on several streams), k did not wait for
+    it: go back to the latest collective that had ended. Only collectives in `chain` qualify (CPU:
+    the ones the main thread waited for), and with `by_end` the latest-ending one is taken rather
+    than the latest in replay order (CPU: the main thread resumes when the last of them ends). The
+    anchor is then the same for every member (the earliest of their own), so that the ranks'
+    segments before k span the same work and the median of the others' is a fair stand-in."""
+    R, K = member.shape
+    chain = member if chain is None else chain & member
+    own = np.full((R, K), -1, dtype=int)
+    for i in range(R):
+        ks = np.flatnonzero(member[i])
+        for n, k in enumerate(ks):
+            done = [j for j in ks[:n] if chain[i, j] and end[i, j] <= arr[i, k]]
+            if done:
+                own[i, k] = max(done, key=lambda j: (end[i, j], j)) if by_end else done[-1]
+    anchor = np.full((R, K), -1, dtype=int)
+    for k in range(K):
+        m = np.flatnonzero(member[:, k])
+        common = own[m, k].min() if m.size else -1
+        for i in m:
+            anchor[i, k] = common if common < 0 or chain[i, common] else own[i, k]
+    return anchor
+
+
+def _chain_points(member: np.ndarray, arr: np.ndarray, waited: np.ndarray) -> np.ndarray:
+    """(K,) CPU ranks: the collectives whose end the ranks' later work depends on: a rank that
+    arrived before the last one sat blocked in it until it ended (`waited`, from the main thread's
+    activity). The late rank itself hardly waits (only the transfer), so its flag is not asked.
+    One decision per collective, so that every member's segments start from the same point and
+    the median of the others' is a fair stand-in."""
+    K = member.shape[1]
+    out = np.zeros(K, dtype=bool)
+    for k in range(K):
+        m = np.flatnonzero(member[:, k])
+        if m.size == 0:
+            continue
+        last = m[np.argmax(arr[m, k])]
+        early = m[m != last]
+        out[k] = bool(waited[early, k].any()) if early.size else bool(waited[m, k].all())
+    return out
+
+
+def _tail_anchors(chain: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """(R,) the collective each rank's tail starts from (-1: the step start): its latest-ending chain
+    point, or, where the ranks' differ, the earliest of them that is a chain point of every rank, so
+    that the tails span the same work (as `_anchors` does for segments)."""
+    R, K = chain.shape
+    if not K:
+        return np.full(R, -1, dtype=int)
+    own = np.where(chain.any(axis=1), np.nanargmax(np.where(chain, end, -np.inf), axis=1), -1)
+    if (own >= 0).all():
+        common = int(own.min())
+        if chain[:, common].all():
+            return np.full(R, common, dtype=int)
+    return own
+
+
+def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """(R, K): per rank s and collective k, the median of the other members' x (x[s] itself where
+    s is the only member). Per collective from its members' sorted values: leaving out the value at
+    sorted position p shifts the indices at and above p by one (no R x R work: 256 ranks)."""
+    out = np.array(x, dtype=float, copy=True)
+    for k in range(x.shape[1]):
+        valid = member[:, k] & ~np.isnan(x[:, k])
+        m = np.flatnonzero(valid)
+        n = m.size
+        if n == 0:
+            continue
+        order = np.argsort(x[m, k], kind="stable")
+        v = x[m, k][order]
+        # the ranks that are not (valid) members: the median of all n members
+        half = n // 2
+        med_all = v[half] if n % 2 else (v[half - 1] + v[half]) / 2
+        out[~valid, k] = med_all
+        if n == 1:
+            continue  # its only member keeps its own value
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = np.arange(n)  # sorted position of each member
+        n1 = n - 1
+
+        def at(i):
+            return v[i + (i >= pos)]
+
+        out[m, k] = at(np.full(n, (n1 - 1) // 2)) if n1 % 2 else (at(np.full(n, n1 // 2 - 1)) + at(np.full(n, n1 // 2))) / 2
+    return out
+
+
+def replay_ends(g: StepGraph, seg: np.ndarray, tail: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The replay of S scenarios (`seg` (S, R, K) and `tail` (S, R) replace the measured ones):
+    when each collective ends, E (S, K); the rank index whose arrival set that end (the first of
+    equal ones), (S, K); when each rank ends, (S, R). The one definition of the replay: `replay`
+    gives its step times; the critical path (reduce/critical_path.py) walks it back from the rank
+    that ends last."""
+    S, R = tail.shape
+    K = g.member.shape[1]
+    E = np.zeros((S, K + 1))  # E[:, k]: when collective k ends; column K (index -1): unused
+    setter = np.full((S, K), -1, dtype=int)
+    base = np.broadcast_to(g.start, (S, R))
+    rows = np.arange(S)
+    for k in range(K):
+        m = np.flatnonzero(g.member[:, k])
+        a = g.prev[m, k]
+        ready = np.where(a >= 0, E[:, a], base[:, m]) + seg[:, m, k]
+        j = np.argmax(ready, axis=1)
+        setter[:, k] = m[j]
+        E[:, k] = ready[rows, j] + g.transfer[k]
+    lk = g.last_k
+    fin = np.where(lk >= 0, E[:, lk], base) + tail
+    return E[:, :K], setter, fin
+
+
+def replay(g: StepGraph, seg: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """Step times (ms) of S scenarios: `seg` (S, R, K) and `tail` (S, R) replace the measured ones."""
+    fin = replay_ends(g, seg, tail)[2]
+    return (np.max(fin, axis=1) - g.start.min()) / 1e3
+
+
+def scenarios(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Segments and tails of the R + 2 replays: as measured, each rank s at the median of the others
+    in this step (scenario 1 + s), every rank at the median of all (last).
+
+    Why the same step and not the others' median pooled over the profiled steps: with few ranks the
+    pooled median mixes the others' good and bad steps (2 ranks, one late every second step: the
+    pooled "others" of the healthy rank is half late), and the step's own conditions (a slow step
+    for every rank) are lost."""
+    R, K = g.seg.shape
+    S = R + 2
+    seg = np.broadcast_to(g.seg, (S, R, K)).copy()
+    tail = np.broadcast_to(g.tail, (S, R)).copy()
+    mo = _median_others(g.seg, g.member)
+    to = _median_others(g.tail[:, None], np.ones((R, 1), dtype=bool))[:, 0]
+    idx = np.arange(R)
+    seg[1 + idx, idx, :] = np.where(g.member, mo, np.nan)
+    tail[1 + idx, idx] = to
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ma = np.nanmedian(np.where(g.member, g.seg, np.nan), axis=0) if K else np.empty(0)
+    seg[-1] = np.where(g.member, ma[None, :], np.nan)
+    tail[-1] = np.median(g.tail)
+    return seg, tail
