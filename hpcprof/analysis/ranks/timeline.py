@@ -179,9 +179,12 @@ def _matches(names: pd.Series, test) -> np.ndarray:
 def _equals(values: np.ndarray, v) -> np.ndarray:
     """values == v element-wise, as Python's == (an int 5 equals 5.0, never "5"), tested once per
     distinct value (None or a float: every value, as missing values are one in the factorization)."""
-    if v is None or isinstance(v, float):
+    try:
+        if v is None or isinstance(v, float):
+            raise TypeError
+        codes, uniq = pd.factorize(values, use_na_sentinel=False)
+    except TypeError:  # also a value that cannot be hashed (a list as tid in a hostile trace)
         return np.array([t == v for t in values], dtype=bool)
-    codes, uniq = pd.factorize(values, use_na_sentinel=False)
     return np.array([u == v for u in uniq] + [False], dtype=bool)[codes]
 
 
