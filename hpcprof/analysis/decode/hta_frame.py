@@ -114,11 +114,20 @@ def _compress(df: pd.DataFrame):
     table.add_symbols(pd.unique(pd.concat([df["cat"], df["name"]], ignore_index=True)))
     ids = table.get_sym_id_map()
     for col in ("cat", "name"):
-        df[col] = df[col].map(ids).astype("int64")
+        df[col] = _symbol_ids(df[col], ids)
     for col in df.columns:
         if df[col].dtype.kind == "i":
             df[col] = pd.to_numeric(df[col], errors="coerce", downcast="integer")
     return df, table
+
+
+def _symbol_ids(col: pd.Series, ids: dict) -> pd.Series:
+    """col.map(ids).astype("int64") (HTA's symbol encoding), looked up once per distinct value."""
+    if col.isna().any():
+        return col.map(ids).astype("int64")
+    codes, uniq = pd.factorize(col)
+    lut = np.array([ids[u] for u in uniq], dtype=np.int64)
+    return pd.Series(lut[codes], index=col.index)
 
 
 def _add_iteration(df: pd.DataFrame, table) -> None:

@@ -27,7 +27,7 @@ import pandas as pd
 
 from .events import (
     _ARGS_FIELDS, _EVENT_FIELDS, _NO_ARGS, HTA_ARGS, META_KEYS, OBJECT_KEYS, OWN_ARGS, TOP_LEVEL, DROPPED_KEYS,
-    DecodedTrace, _Doc, _Event, _Args, event_table,
+    DecodedTrace, _Doc, _Event, _Args, categories, event_table,
 )
 
 STREAM_MIN_BYTES = 256 << 20
@@ -182,7 +182,7 @@ class _Columns:
             self.top[key] = []
             if col.isna().all() and not any(p.dtype == object and any(v is None for v in p) for p in pieces if isinstance(p, np.ndarray)):
                 continue
-            cols[key] = col
+            cols[key] = categories(col) if key in OBJECT_KEYS else col
         for name, _key, _default in HTA_ARGS:
             cols[name] = self._join(self.args.pop(name), False)
         for name, _key in OWN_ARGS:

@@ -44,11 +44,11 @@ def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS) -> pd.DataFrame:
     cols = ["name", "calls", "host_total_us", "host_self_us", "device_total_us", "device_self_us"]
     if ev.empty or "cat" not in ev:
         return pd.DataFrame(columns=cols)
-    ph = ev["ph"].to_numpy(dtype=object)
+    ph_x = (ev["ph"] == "X").to_numpy(dtype=bool)
     # the category tests on the column itself: no Python string per event (a 1 GB rank has 4 million)
     cat = ev["cat"]
     ts, dur = _num(ev["ts"]), _num(ev["dur"])
-    ok = (ph == "X") & np.isfinite(ts) & np.isfinite(dur)
+    ok = ph_x & np.isfinite(ts) & np.isfinite(dur)
     op_i = np.flatnonzero(ok & (cat == "cpu_op").fillna(False).to_numpy(dtype=bool))
     if not op_i.size:
         return pd.DataFrame(columns=cols)
@@ -57,39 +57,44 @@ def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS) -> pd.DataFrame:
     rt_i = np.flatnonzero(ok & cat.isin(RUNTIME_CATS).to_numpy(dtype=bool) & (corr >= 0))
     gpu_by_corr = pd.Series(dur[gpu_i]).groupby(corr[gpu_i]).sum().to_dict() if gpu_i.size else {}
 
-    walked = np.union1d(op_i, rt_i)
-    tid = np.empty(len(ev), dtype=object)
-    tid[walked] = ev["tid"].iloc[walked].astype(str).to_numpy(dtype=object)
-    names = np.empty(len(ev), dtype=object)
-    names[op_i] = ev["name"].iloc[op_i].to_numpy(dtype=object)
     n_ops = op_i.size
-    host_self = dur[op_i].copy()
-    dev_total = np.zeros(n_ops)
-    dev_self = np.zeros(n_ops)
-    pos = {int(i): k for k, i in enumerate(op_i)}
-    # walk each thread's operators and runtime calls in time order with a stack of open operators
-    items = [(ts[i], -dur[i], 0, i) for i in op_i] + [(ts[i], 0.0, 1, i) for i in rt_i]
-    by_tid: dict = {}
-    for it in items:
-        by_tid.setdefault(tid[it[3]], []).append(it)
-    for evs in by_tid.values():
-        evs.sort()
-        stack: list[int] = []
-        for t0, _negd, kind, i in evs:
-            while stack and ts[stack[-1]] + dur[stack[-1]] <= t0:
-                stack.pop()
-            if kind == 0:
-                if stack:
-                    host_self[pos[stack[-1]]] -= dur[i]
-                stack.append(i)
-            else:
-                g = gpu_by_corr.get(corr[i], 0.0)
-                if g and stack:
-                    dev_self[pos[stack[-1]]] += g
-                    for j in stack:
-                        dev_total[pos[j]] += g
-    df = pd.DataFrame({"name": names[op_i], "host_total_us": dur[op_i], "host_self_us": np.clip(host_self, 0, None),
-                       "device_total_us": dev_total, "device_self_us": dev_self})
+    host_self = dur[op_i].tolist()
+    dev_total = [0.0] * n_ops
+    dev_self = [0.0] * n_ops
+    # walk each thread's operators and runtime calls in time order (start, longest first, operators
+    # before runtime calls) with a stack of open operators; the order of the walk, and so of every
+    # floating-point sum, is that of sorting (tid, ts, -dur or 0, kind, row)
+    walked = np.concatenate([op_i, rt_i])
+    kind = np.concatenate([np.zeros(n_ops, dtype=np.int8), np.ones(rt_i.size, dtype=np.int8)])
+    tid_c = pd.factorize(ev["tid"].iloc[walked].astype(str), use_na_sentinel=False)[0]
+    w_ts = ts[walked]
+    order = np.lexsort((walked, kind, np.where(kind == 0, -dur[walked], 0.0), w_ts, tid_c))
+    op_pos = np.concatenate([np.arange(n_ops), np.full(rt_i.size, -1)])
+    # GPU time launched by each runtime call (0 where none)
+    g_rt = np.array([gpu_by_corr.get(c, 0.0) for c in corr[rt_i].tolist()]) if rt_i.size else np.zeros(0)
+    g_w = np.concatenate([np.zeros(n_ops), g_rt])
+    op_end = (ts[op_i] + dur[op_i]).tolist()
+    op_dur = dur[op_i].tolist()
+    prev_tid = None
+    stack: list[int] = []
+    for tc, t0, k, g in zip(tid_c[order].tolist(), w_ts[order].tolist(), op_pos[order].tolist(), g_w[order].tolist()):
+        if tc != prev_tid:
+            stack = []
+            prev_tid = tc
+        while stack and op_end[stack[-1]] <= t0:
+            stack.pop()
+        if k >= 0:
+            if stack:
+                host_self[stack[-1]] -= op_dur[k]
+            stack.append(k)
+        elif g and stack:
+            dev_self[stack[-1]] += g
+            for j in stack:
+                dev_total[j] += g
+    names = ev["name"].iloc[op_i].to_numpy(dtype=object)
+    host_self = np.array(host_self)
+    df = pd.DataFrame({"name": names, "host_total_us": dur[op_i], "host_self_us": np.clip(host_self, 0, None),
+                       "device_total_us": np.array(dev_total), "device_self_us": np.array(dev_self)})
     agg = df.groupby("name").agg(calls=("host_total_us", "size"), host_total_us=("host_total_us", "sum"),
                                  host_self_us=("host_self_us", "sum"), device_total_us=("device_total_us", "sum"),
                                  device_self_us=("device_self_us", "sum")).reset_index()

@@ -176,6 +176,18 @@ def _matches(names: pd.Series, test) -> np.ndarray:
     return hit[codes]  # code -1 (missing name) picks the trailing False
 
 
+def _equals(values: np.ndarray, v) -> np.ndarray:
+    """values == v element-wise, as Python's == (an int 5 equals 5.0, never "5"), tested once per
+    distinct value (None or a float: every value, as missing values are one in the factorization)."""
+    try:
+        if v is None or isinstance(v, float):
+            raise TypeError
+        codes, uniq = pd.factorize(values, use_na_sentinel=False)
+    except TypeError:  # also a value that cannot be hashed (a list as tid in a hostile trace)
+        return np.array([t == v for t in values], dtype=bool)
+    return np.array([u == v for u in uniq] + [False], dtype=bool)[codes]
+
+
 def _numeric(col: pd.Series) -> np.ndarray:
     """A column's values as floats: NaN where missing or not a number (booleans are not numbers)."""
     if col.dtype.kind in "if":
@@ -257,7 +269,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
         main_tid = max(tid_count, key=tid_count.get) if tid_count else None
         steps = []
 
-    main = others & ~is_gloo & np.array([t == main_tid for t in tid], dtype=bool)
+    main = others & ~is_gloo & _equals(tid, main_tid)
     host_all = Intervals(ts[main], end[main])
     ops = main & (cat_v == "cpu_op")
     host_ops = Intervals(ts[ops], end[ops])
@@ -272,8 +284,12 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     memory = is_gpu & ~comm & (_matches(name, MEMORY_RE.match) | cat.isin(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"]).to_numpy())
     comp = is_gpu & ~comm & ~memory
 
+    # the args the collectives read, once as arrays (not one column lookup per collective)
+    pg_names = ev["pg_name"].to_numpy(dtype=object)
+    seq_up, seq_lo = ev["seq_upper"].to_numpy(dtype=object), ev["seq_lower"].to_numpy(dtype=object)
+
     def group(i: int, fallback: str) -> str:
-        pg = ev["pg_name"].iat[i]
+        pg = pg_names[i]
         if pg is None:
             pg = ck.group[i]  # the process group of the collective that launched it
         if pg is not None and not (isinstance(pg, float) and np.isnan(pg)):
@@ -281,8 +297,8 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
         return str(fallback)
 
     def seq(i: int):
-        v = ev["seq_upper"].iat[i]
-        v = v if v is not None else ev["seq_lower"].iat[i]
+        v = seq_up[i]
+        v = v if v is not None else seq_lo[i]
         return v if v is not None else (None if np.isnan(ck.seq[i]) else ck.seq[i])
 
     def comm_kind(i: int) -> str:
@@ -304,12 +320,13 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
 
     collectives = []
     stream = ev["stream"].to_numpy(dtype=object)
+    has_args = ev["has_args"].to_numpy(dtype=bool)
     for i in np.flatnonzero(comm):
         collectives.append(
             {
                 "kind": comm_kind(i),
                 "name": names[i],
-                "group": group(i, stream[i] if ev["has_args"].iat[i] else "default"),
+                "group": group(i, stream[i] if has_args[i] else "default"),
                 "seq": seq(i),
                 "comms_id": ck.comms_id[i],
                 "msg_bytes": float(ck.msg_bytes[i]),

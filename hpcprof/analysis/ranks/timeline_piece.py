@@ -61,7 +61,8 @@ def timeline_piece(ev: pd.DataFrame) -> tuple[pa.Table | None, dict]:
     {"main_tid": str, "steps": [[step, start_us, end_us], ...]} of the main thread)."""
     n = len(ev)
     get = lambda k, default=None: ev[k] if k in ev else pd.Series([default] * n)  # noqa: E731
-    ph = get("ph").to_numpy(dtype=object)
+    ph = get("ph")
+    ph_x, ph_i = (ph == "X").to_numpy(dtype=bool), (ph == "i").to_numpy(dtype=bool)
     name_c, names = _factor(get("name"))
     cat_c, cats = _factor(get("cat"))
     cats = np.array(["" if not isinstance(v, str) and pd.isna(v) else v for v in cats], dtype=object)  # no category: ""
@@ -72,7 +73,7 @@ def timeline_piece(ev: pd.DataFrame) -> tuple[pa.Table | None, dict]:
     corr = _num(get("correlation", -1))
     name_is_str = np.array([isinstance(v, str) for v in names], dtype=bool)
     is_str = name_is_str[name_c]
-    is_x = (ph == "X") & np.isfinite(ts) & np.isfinite(dur) & is_str
+    is_x = ph_x & np.isfinite(ts) & np.isfinite(dur) & is_str
     is_gpu = np.array([v in GPU_CATS for v in cats], dtype=bool)[cat_c]
     is_rt = np.array([v in RUNTIME_CATS for v in cats], dtype=bool)[cat_c]
     step_of = np.array([int(m.group(1)) if isinstance(v, str) and (m := STEP_RE.match(v)) else -1 for v in names])
@@ -95,9 +96,9 @@ def timeline_piece(ev: pd.DataFrame) -> tuple[pa.Table | None, dict]:
     launched = corr[host_x & is_rt & (corr >= 0)]
     gpu_x = is_x & is_gpu
     gpu_keep = gpu_x & ((np.isin(corr, launched) & (corr >= 0)) | ((ts >= lo) & (ts < hi)))
-    inst = (ph == "i") & np.isfinite(ts) & (ts >= lo) & (ts < hi) & is_str
+    inst = ph_i & np.isfinite(ts) & (ts >= lo) & (ts < hi) & is_str
     idx = np.flatnonzero(host_x | gpu_keep | inst)
-    nc, cc, d, p_ = name_c[idx], cat_c[idx], dur[idx], ph[idx]
+    nc, cc, d, px, pi = name_c[idx], cat_c[idx], dur[idx], ph_x[idx], ph_i[idx]
     g = is_gpu[idx]
     K = {k: i for i, k in enumerate(KINDS)}
     kind = np.full(idx.size, -1, dtype=np.int8)
@@ -107,7 +108,7 @@ def timeline_piece(ev: pd.DataFrame) -> tuple[pa.Table | None, dict]:
     cpu_op = ~g & (cats[cc] == "cpu_op")
     kind[cpu_op & (d < SHORT_OP_US)] = K["short_cpu_ops"]
     kind[cpu_op & (d >= SHORT_OP_US)] = K["cpu_ops"]
-    kind[p_ == "i"] = K["instant_events"]
+    kind[pi] = K["instant_events"]
     # never dropped: GPU activity, step markers and other annotations, collectives (gloo:*/nccl ops)
     coll = np.array([isinstance(v, str) and (v.startswith("gloo:") or "nccl" in v.lower() or v.startswith("c10d::")) for v in names], dtype=bool)
     kind[coll[nc] & (kind != K["gpu"])] = K["keep"]
@@ -120,11 +121,11 @@ def timeline_piece(ev: pd.DataFrame) -> tuple[pa.Table | None, dict]:
         return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array([str(v) for v in values], pa.string()))
 
     frame = pa.table({
-        "is_x": p_ == "X",
+        "is_x": px,
         "cat_json": dictionary(cc, _json_strings(cats)),
         "name_json": dictionary(nc, _json_strings(names)),
         "ts": ts[idx],
-        "dur": np.where(p_ == "X", d, 0.0),
+        "dur": np.where(px, d, 0.0),
         "pid": dictionary(pid_c[idx], pids),
         "tid": dictionary(tid_c[idx], tids),
         "dev": dev[pid_c[idx]],
