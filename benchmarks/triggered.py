@@ -60,14 +60,17 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, load1 {os.getloadavg()[0]:.1f}, runs in {out}")
     print()
-    print("| run | drill | captures (kind@first step) | capture after the drill started: steps, s |")
-    print("|---|---|---|---|")
-    extra_captures = 0
+    print("| run | drill | captures (kind@first step) | capture after the drill started: steps, s | load1 after |")
+    print("|---|---|---|---|---|")
+    extra = {"rank": 0, "job": 0}
     for i in range(args.healthy):
         run = submit(out, f"healthy-{i}", "--train-steps", "300")
         caps = captures(run)
-        extra_captures += sum(1 for c in caps if c["kind"] != "baseline")
-        print(f"| healthy-{i} | none | {', '.join(c['kind'] + '@' + str(c['steps'][0]) for c in caps)} | - |", flush=True)
+        for c in caps:
+            if c["kind"] != "baseline":
+                extra[c["kind"]] = extra.get(c["kind"], 0) + 1
+        print(f"| healthy-{i} | none | {', '.join(c['kind'] + '@' + str(c['steps'][0]) for c in caps)} | - "
+              f"| {os.getloadavg()[0]:.1f} |", flush=True)
     delays = []
     for drill in ("1:60@120", "1:60:2@120"):
         for i in range(args.drilled):
@@ -82,9 +85,11 @@ def main() -> None:
                 seconds = (t1 - t0) if t0 is not None and t1 is not None else float("nan")
                 delays.append((first - DRILL_FROM, seconds))
                 cell = f"{first - DRILL_FROM}, {seconds:.1f}"
-            print(f"| {name} | {drill} | {', '.join(c['kind'] + '@' + str(c['steps'][0]) for c in caps)} | {cell} |", flush=True)
+            print(f"| {name} | {drill} | {', '.join(c['kind'] + '@' + str(c['steps'][0]) for c in caps)} | {cell} "
+                  f"| {os.getloadavg()[0]:.1f} |", flush=True)
     print()
-    print(f"captures besides the baseline over {args.healthy} healthy runs: {extra_captures}")
+    print(f"captures besides the baseline over {args.healthy} healthy runs: {sum(extra.values())} "
+          f"(a rank turning slow: {extra['rank']}; the whole job slower: {extra['job']})")
     if delays:
         steps = sorted(d for d, _ in delays)
         secs = sorted(s for _, s in delays)
