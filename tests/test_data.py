@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 from PIL import Image
 
 from helpers import FAST_FLAGS, run_cli
 from hpcprof.rundir import RunDir
 from hpcprof.spec import Data, Model
-from hpcprof.rank.data import IMAGENET_MEAN, BatchSource
+from hpcprof.rank.data import BatchSource
 
 CPU = torch.device("cpu")
 

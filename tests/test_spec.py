@@ -1,8 +1,6 @@
 """The job spec: TOML + flags, validated once, errors that name the key and list valid values."""
 
 import argparse
-import subprocess
-import sys
 
 import pytest
 

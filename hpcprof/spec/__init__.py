@@ -66,5 +66,5 @@ __all__ = [
     "add_field_argument", "add_resource_arguments", "add_spec_arguments", "apply_values", "choices",
     "coerce_value", "field_docs", "field_of_flag", "flag_of", "iter_fields", "load_spec", "override_argv",
     "override_items", "overrides_from_args", "read_spec_toml", "read_toml", "resources_from_args",
-    "set_value", "spec_from_args", "spec_from_dict", "to_toml", "validate_run_name",
+    "set_value", "spec_from_args", "spec_from_dict", "split_passthrough", "to_toml", "validate_run_name",
 ]

@@ -24,7 +24,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from .test_slurm_jobs import TINY, assert_ranks_on_nodes, manifest, step_numbers
 

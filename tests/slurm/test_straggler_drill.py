@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
 
 from helpers import assert_straggler_drill_verdict, drill_truth, require_resolved_truth
 
