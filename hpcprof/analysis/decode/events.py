@@ -133,9 +133,16 @@ def _decode_loose(raw: bytes) -> DecodedTrace:
         raise DecodeError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise ShapeError("no 'traceEvents' list")
-    events = []
-    skipped = 0
-    for e in doc["traceEvents"]:
+    events, skipped = loose_events(doc["traceEvents"])
+    meta = {k: doc[k] for k in META_KEYS if doc.get(k) is not None}
+    return DecodedTrace(meta=meta, events=events, skipped=skipped)
+
+
+def loose_events(items: list) -> tuple[list, int]:
+    """Events from already-decoded JSON elements the typed decoder refused (the whole file here, a
+    block in stream.py): objects kept, anything else counted as skipped."""
+    events, skipped = [], 0
+    for e in items:
         if not isinstance(e, dict):
             skipped += 1
             continue
@@ -143,8 +150,7 @@ def _decode_loose(raw: bytes) -> DecodedTrace:
         # HTA gives every kept arg its default when args is not a dict; keep "the event has args"
         args = msgspec.convert(a, _Args, strict=False) if isinstance(a, dict) else (_NO_ARGS if a is not None else None)
         events.append(_Event(**{k: e[k] for k in TOP_LEVEL if k in e}, args=args))
-    meta = {k: doc[k] for k in META_KEYS if doc.get(k) is not None}
-    return DecodedTrace(meta=meta, events=events, skipped=skipped)
+    return events, skipped
 
 
 # top-level keys HTA drops before any analysis and no analysis of ours reads: not materialised

@@ -27,7 +27,7 @@ import pandas as pd
 
 from .events import (
     _ARGS_FIELDS, _EVENT_FIELDS, _NO_ARGS, HTA_ARGS, META_KEYS, OBJECT_KEYS, OWN_ARGS, TOP_LEVEL, DROPPED_KEYS,
-    DecodedTrace, _Doc, _Event, _Args, categories, event_table,
+    DecodedTrace, _Doc, _Event, categories, event_table, loose_events,
 )
 
 STREAM_MIN_BYTES = 256 << 20
@@ -193,15 +193,7 @@ class _Columns:
 
 def _loose(chunk: bytes) -> tuple[list, int]:
     """A run of elements the typed decoder refused: keep the objects (as decode() does)."""
-    events, skipped = [], 0
-    for e in msgspec.json.decode(chunk):
-        if not isinstance(e, dict):
-            skipped += 1
-            continue
-        a = e.get("args")
-        args = msgspec.convert(a, _Args, strict=False) if isinstance(a, dict) else (_NO_ARGS if a is not None else None)
-        events.append(_Event(**{k: e[k] for k in TOP_LEVEL if k in e}, args=args))
-    return events, skipped
+    return loose_events(msgspec.json.decode(chunk))
 
 
 def stream_table(fh, block: int = BLOCK) -> tuple[dict, pd.DataFrame, int, int]:
