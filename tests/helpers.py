@@ -143,6 +143,17 @@ class DrillTruth:
     truth): part of a sleep can overlap time the other ranks would have spent anyway."""
 
 
+def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> str:
+    """The CLI refused in one line: exit 2, no traceback, exactly one stderr line holding every needle."""
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
 def paired_differences(values: dict[int, float], drilled: set | frozenset) -> list[float]:
     """Per drilled step present in `values`, its value minus the mean of its undrilled neighbours
     (the steps just before and after it, when present and undrilled): the in-run drill statistic,
@@ -456,11 +467,16 @@ def left_running(folder: Path, timeout: float = 30) -> list[str]:
     s, as "pid command"; they are then killed, so that none outlives the test."""
     import time
 
-    import psutil
-
     deadline = time.time() + timeout
     while (procs := processes_naming(folder)) and time.time() < deadline:
         time.sleep(0.2)
+    return kill_and_name(procs)
+
+
+def kill_and_name(procs) -> list[str]:
+    """Kill each process still there (so none outlives the test) and name it as "pid command"."""
+    import psutil
+
     left = []
     for p in procs:
         try:

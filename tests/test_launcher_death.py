@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import processes_naming
+from helpers import kill_and_name, processes_naming
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -70,14 +70,7 @@ def _left_running(tree: list[psutil.Process], timeout: float = 30, folder: Path 
     alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     if folder is not None:
         alive += [p for p in processes_naming(folder) if p.pid not in {a.pid for a in alive}]
-    left = []
-    for p in alive:
-        try:
-            left.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    return left
+    return kill_and_name(alive)
 
 
 @pytest.fixture

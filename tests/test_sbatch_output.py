@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = str(REPO / "jobs" / "demo-local.toml")
@@ -21,16 +22,6 @@ def _sbatch(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hpcprof.sbatch", "--template", "generic", "--job", JOB, *args],
                           cwd=cwd, capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
-
-
-def _one_line(p: subprocess.CompletedProcess, *needles: str) -> str:
-    assert p.returncode == 2, p.stdout + p.stderr
-    assert "Traceback" not in p.stderr, p.stderr
-    lines = p.stderr.splitlines()
-    assert len(lines) == 1, p.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 def test_dash_o_dash_writes_the_script_to_standard_output(tmp_path):
@@ -44,19 +35,19 @@ def test_dash_o_dash_writes_the_script_to_standard_output(tmp_path):
 def test_a_fifo_or_a_device_is_refused_and_left_as_it_was(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    line = _one_line(_sbatch("-o", str(fifo)), str(fifo), "FIFO", "not a regular file")
+    line = one_line_error(_sbatch("-o", str(fifo)), str(fifo), "FIFO", "not a regular file")
     assert stat.S_ISFIFO(fifo.lstat().st_mode), "the FIFO was replaced"
     assert "> " in line  # says how to write into it instead (a shell redirection)
     if os.geteuid() == 0:
         dev = tmp_path / "full"
         os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # what /dev/full is
-        _one_line(_sbatch("-o", str(dev)), str(dev), "device")
+        one_line_error(_sbatch("-o", str(dev)), str(dev), "device")
         assert stat.S_ISCHR(dev.lstat().st_mode), "the device node was replaced by a file"
-    _one_line(_sbatch("-o", "/dev/null"), "/dev/null", "device")
+    one_line_error(_sbatch("-o", "/dev/null"), "/dev/null", "device")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
     folder = tmp_path / "folder"  # refused before this issue too: kept as a control
     folder.mkdir()
-    _one_line(_sbatch("-o", str(folder)), str(folder), "is a folder")
+    one_line_error(_sbatch("-o", str(folder)), str(folder), "is a folder")
     assert folder.is_dir() and not list(folder.iterdir())
 
 
@@ -72,15 +63,15 @@ def test_a_symlink_is_followed_the_link_stays_and_its_target_gets_the_script(tmp
     assert target.read_text().startswith("#!/bin/bash")
     dangling = tmp_path / "dangling.sbatch"
     dangling.symlink_to(tmp_path / "nowhere" / "x.sbatch")
-    _one_line(_sbatch("-o", str(dangling)), str(dangling), "does not exist")
+    one_line_error(_sbatch("-o", str(dangling)), str(dangling), "does not exist")
     assert dangling.is_symlink()
 
 
-def test_a_template_that_is_not_utf8_is_one_line(tmp_path):
+def test_a_template_that_is_not_utf8_isone_line_error(tmp_path):
     text = (REPO / "slurm" / "generic.sbatch").read_text()
     latin = tmp_path / "mine.sbatch"
     latin.write_bytes(text.replace("# ", "# Réseau: ", 1).encode("latin-1"))
-    line = _one_line(_sbatch("--template", str(latin)), str(latin), "UTF-8")
+    line = one_line_error(_sbatch("--template", str(latin)), str(latin), "UTF-8")
     assert "line 2" in line or "line 1" in line, line
 
 
@@ -113,9 +104,9 @@ def test_a_runs_dir_starting_with_a_dash_reaches_the_ranks_as_that_folder(tmp_pa
 
 
 @pytest.mark.parametrize("module", ["hpcprof.sbatch", "hpcprof.submit"])
-def test_a_run_name_starting_with_a_dash_is_refused_in_one_line(tmp_path, module):
+def test_a_run_name_starting_with_a_dash_is_refused_inone_line_error(tmp_path, module):
     p = subprocess.run([sys.executable, "-m", module, "--job", JOB, "--cluster", "local", "--name=-x",
                         "--runs-dir", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
-    _one_line(p, "'-x'", "name")
+    one_line_error(p, "'-x'", "name")
     assert not list(tmp_path.iterdir())

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import one_line_error
+
 from hpcprof.analysis import analyze
 
 from .conftest import REPO
@@ -25,16 +27,6 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-def _one_line(p: subprocess.CompletedProcess, *needles: str) -> str:
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    assert "Traceback" not in p.stderr, p.stderr
-    lines = p.stderr.splitlines()
-    assert len(lines) == 1, p.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
-
-
 def _listing(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
@@ -42,14 +34,14 @@ def _listing(folder: Path) -> list[str]:
 # ------------------------------------------------------------------ item 10: outputs are never inputs
 def test_an_output_folder_that_is_the_trace_folder_is_refused(dlrm_copy, tmp_path):
     before = _listing(dlrm_copy)
-    _one_line(_cli(str(dlrm_copy), "--out", str(dlrm_copy)), "--out", "read from")
+    one_line_error(_cli(str(dlrm_copy), "--out", str(dlrm_copy)), "--out", "read from")
     assert _listing(dlrm_copy) == before, "something was written into the trace folder"
     run = tmp_path / "run"
     (run / "traces").mkdir(parents=True)
     for p in dlrm_copy.iterdir():
         shutil.copy(p, run / "traces" / p.name)
-    _one_line(_cli(str(run), "--out", str(run / "traces")), "--out", "read from")
-    _one_line(_cli(str(run), "--out", str(run / "traces" / ".." / "traces")), "--out")
+    one_line_error(_cli(str(run), "--out", str(run / "traces")), "--out", "read from")
+    one_line_error(_cli(str(run), "--out", str(run / "traces" / ".." / "traces")), "--out")
 
 
 def test_our_merged_timeline_in_a_trace_folder_is_never_taken_for_a_rank(dlrm_copy, tmp_path):
@@ -65,7 +57,7 @@ def test_our_merged_timeline_in_a_trace_folder_is_never_taken_for_a_rank(dlrm_co
 # ------------------------------------------------------------------ item 15: option values
 @pytest.mark.parametrize("value", ["0", "-5"])
 def test_a_timeline_budget_below_one_is_refused(dlrm_copy, tmp_path, value):
-    _one_line(_cli(str(dlrm_copy), "--out", str(tmp_path / "o"), "--timeline-max-events", value), "--timeline-max-events")
+    one_line_error(_cli(str(dlrm_copy), "--out", str(tmp_path / "o"), "--timeline-max-events", value), "--timeline-max-events")
 
 
 def test_a_timeline_budget_it_cannot_keep_is_said(dlrm_copy, tmp_path):
@@ -105,7 +97,7 @@ def test_a_clock_skew_drill_on_a_node_of_no_rank_is_refused_or_said(dlrm_copy, t
 # ------------------------------------------------------------------ item 16: messages that mislead
 @pytest.mark.parametrize("ranks,needle", [(["-3"], "--ranks -3"), (["99"], "ranks found: 0, 1, 2, 3, 4, 5, 6, 7")])
 def test_ranks_that_do_not_exist_are_one_line_about_ranks(dlrm_copy, tmp_path, ranks, needle):
-    line = _one_line(_cli(str(dlrm_copy), "--out", str(tmp_path / "o"), "--ranks", *ranks), needle)
+    line = one_line_error(_cli(str(dlrm_copy), "--out", str(tmp_path / "o"), "--ranks", *ranks), needle)
     assert "GPU" not in line and "kernel" not in line
 
 
@@ -136,7 +128,7 @@ def test_a_dead_run_without_traces_is_not_analyse_again_later(tmp_path, outcome)
         p = run / "steps" / f"rank-{r}.jsonl"
         p.write_text("".join(json.dumps({"step": s, "rank": r, "step_s": 0.1, "batch_size": 8}) + "\n" for s in range(3)))
         os.utime(p, (1e9, 1e9))
-    line = _one_line(_cli(str(run)), "no trace", "none will come")
+    line = one_line_error(_cli(str(run)), "no trace", "none will come")
     assert "again later" not in line
     assert ("interrupted" in line) if outcome else ("stopped" in line)
 
