@@ -75,6 +75,7 @@ USER_SCRIPT = textwrap.dedent('''
     parser = argparse.ArgumentParser()
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--metric-sleep", type=float, default=0.0)  # a known time inside the user's region
     args = parser.parse_args()
 
     with hpcprof.run(batch_size=16) as run:
@@ -103,6 +104,8 @@ USER_SCRIPT = textwrap.dedent('''
                 loss.backward()
             with run.region("my_metric"), torch.no_grad():
                 accuracy = (model(x).argmax(1) == y).float().mean()
+                if args.metric_sleep:
+                    import time; time.sleep(args.metric_sleep)
             with run.region("optimizer"):
                 opt.step(); opt.zero_grad()
             counter["steps_trained"] += 1

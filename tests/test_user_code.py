@@ -43,12 +43,17 @@ def _submit(tmp: Path, *args: str, env: dict | None = None, timeout: float = 600
                           env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
 
 
+METRIC_SLEEP_S = 0.02
+"""The user script sleeps this long inside its own region "my_metric": the region's known lower bound."""
+
+
 @pytest.fixture(scope="module")
 def user_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     tmp = tmp_path_factory.mktemp("user")
     (tmp / "train.py").write_text(USER_SCRIPT)
     proc = _submit(tmp, "--script", "train.py", "--name", "mine", "--train-steps", "14", "--profiler-wait", "2",
-                   "--profiler-warmup", "1", "--profiler-active", "4", "--", "--lr", "0.05")
+                   "--profiler-warmup", "1", "--profiler-active", "4", "--", "--lr", "0.05",
+                   "--metric-sleep", str(METRIC_SLEEP_S))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return tmp / "runs" / "mine", proc
 
@@ -57,12 +62,13 @@ def test_a_user_script_gets_step_records_and_regions_on_every_rank(user_run):
     run_dir, proc = user_run
     run = RunDir(run_dir)
     manifest = run.read_manifest()
-    assert manifest["spec"]["workload"]["script"].endswith("train.py") and manifest["spec"]["workload"]["args"] == ["--lr", "0.05"]
+    assert manifest["spec"]["workload"]["script"].endswith("train.py") and manifest["spec"]["workload"]["args"] == ["--lr", "0.05", "--metric-sleep", str(METRIC_SLEEP_S)]
     for rank in (0, 1):
         recs = run.read_steps(rank)
         assert [r["step"] for r in recs] == list(range(14))
         assert all(r["batch_size"] == 16 for r in recs)
-        assert all(r["regions"]["my_metric"] > 0 and r["forward_s"] > 0 and r["copy_s"] >= 0 for r in recs)
+        assert all(METRIC_SLEEP_S <= r["regions"]["my_metric"] <= r["step_s"] and r["forward_s"] > 0 and r["copy_s"] >= 0
+                   for r in recs)
         assert [r["epoch"] for r in recs] == [s // 6 for s in range(14)]  # 6 batches per pass
         assert [r["profiled"] for r in recs] == [3 <= s <= 6 for s in range(14)]
         user = json.loads((run_dir / f"user-{rank}.json").read_text())
@@ -89,7 +95,9 @@ def test_analyze_reads_a_user_run_with_throughput_hta_fields_and_the_user_region
     import pandas as pd
 
     stats = pd.read_csv(tmp_path / "a" / "tables" / "steps_stats.csv")
-    assert (stats["region_my_metric_median_ms"] > 0).all()
+    # the region's time is at least the sleep the script did inside it, and at most the step's
+    assert (stats["region_my_metric_median_ms"] >= 1e3 * METRIC_SLEEP_S).all()
+    assert (stats["region_my_metric_median_ms"] <= stats["step_median_ms"]).all()
     assert "my_metric" in (tmp_path / "a" / "report.html").read_text()
 
 
