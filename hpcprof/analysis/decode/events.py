@@ -170,15 +170,34 @@ def categories(col: pd.Series) -> pd.Series:
         return col
 
 
+_INT, _NUM = frozenset((int,)), frozenset((int, float))
+
+
+def number_kind(values, types: set | None = None) -> str | None:
+    """"int" when every value is an int (or there is none), "num" when every value is an int or a
+    float, else None: `_column`'s dtype decision, in one pass over the values' types in C (an
+    `all(type(v) is int ...)` generator was a third of the table's time). Exact types, so bools,
+    int or float subclasses, None and texts are not numbers here, as in pandas' inference.
+    `types`: the set of the values' types, where the caller has it already."""
+    if types is None:
+        types = set(map(type, values))
+    if types <= _INT:
+        return "int"
+    if types <= _NUM:
+        return "num"
+    return None
+
+
 def _column(values: tuple) -> pd.Series:
     """A column with the dtype pandas infers from `values` (as pandas.DataFrame(records) does),
     with a shortcut for the common all-int and all-number columns (a third of the table's time)."""
-    if all(type(v) is int for v in values):
+    kind = number_kind(values)
+    if kind == "int":
         try:
             return pd.Series(np.array(values, dtype=np.int64))
         except OverflowError:
             pass
-    elif all(type(v) is int or type(v) is float for v in values):
+    elif kind == "num":
         return pd.Series(np.array(values, dtype=np.float64))
     return pd.Series(values)
 

@@ -73,6 +73,13 @@ def file_digest(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 def read_trace(path: str | os.PathLike) -> DecodedTrace:
     """Read and decode one Kineto trace (`.json` or `.json.gz`); raise TraceError on bad input."""
     path = Path(path)
+    return decode_trace(path.name, read_bytes(path))
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The JSON text of one trace file (`.gz` decompressed); TraceError when it cannot be read or
+    holds nothing."""
+    path = Path(path)
     name = path.name
     try:
         raw = path.read_bytes()
@@ -89,6 +96,12 @@ def read_trace(path: str | os.PathLike) -> DecodedTrace:
             ) from None
         if not raw.strip():
             raise TraceError(f"{name}: empty trace (gzip holds no data)")
+    return raw
+
+
+def decode_trace(name: str, raw: bytes) -> DecodedTrace:
+    """Decode the JSON text `raw` of the trace file `name`; TraceError (naming the file) when it is
+    not JSON, not a trace, or holds no event."""
     try:
         decoded = decode(raw)
     except DecodeError as exc:

@@ -1,0 +1,75 @@
+"""The event table's column dtypes (decode/events._column and the block decode's columns) are
+those pandas infers from the same values, as in `pandas.DataFrame(traceEvents)` (HTA's frame):
+checked on hostile mixtures a trace may hold (bools among ints, ints beyond int64, missing values,
+texts among numbers, NaN), against pandas itself."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hpcprof.analysis.decode.events import _column, number_kind
+
+MIXTURES = {
+    "empty": (),
+    "ints": (1, 2, 3),
+    "negative and zero": (-5, 0, 7),
+    "bool alone": (True, False),
+    "bool among ints": (1, True, 3),
+    "False among ints": (0, False),
+    "ints and floats": (1, 2.5, 3),
+    "floats": (1.5, 2.0),
+    "float ints": (1.0, 2.0),
+    "int and NaN": (1, math.nan, 3),
+    "only NaN": (math.nan, math.nan),
+    "int and None": (1, None, 3),
+    "float and None": (1.5, None),
+    "only None": (None, None),
+    "int64 max": (2 ** 63 - 1, 1),
+    "int64 min": (-(2 ** 63), 1),
+    "beyond int64": (2 ** 63, 1),
+    "beyond uint64": (2 ** 70, 1),
+    "huge negative": (-(2 ** 64), 1),
+    "int beyond float precision and float": (2 ** 53 + 1, 0.5),
+    "text and int": ("5", 5),
+    "texts": ("a", "b"),
+    "text and NaN": ("a", math.nan),
+    "text and None": ("a", None),
+    "bool and float": (True, 1.5),
+    "list and int": ([1], 2),
+    "dict": ({"a": 1}, None),
+    "inf": (math.inf, 1),
+}
+
+
+class IntSub(int):
+    pass
+
+
+@pytest.mark.parametrize("values", list(MIXTURES.values()), ids=list(MIXTURES))
+def test_column_dtype_and_values_are_pandas_inference(values):
+    got = _column(values)
+    want = pd.Series(list(values))
+    if not values:
+        assert got.dtype == np.int64 and got.empty  # an absent key's column when the trace has no event
+        return
+    assert got.dtype == want.dtype, f"{got.dtype} != pandas' {want.dtype}"
+    pd.testing.assert_series_equal(got, want, check_exact=True)
+
+
+def test_huge_int_among_floats_is_a_float_column():
+    """The one departure from pandas, kept from the first fast decode (the parse cache's tables
+    depend on it): ints and floats make a float64 column even where an int is beyond uint64 (pandas
+    would keep Python objects); the value is the nearest float."""
+    got = _column((2 ** 70, 1.5))
+    assert got.dtype == np.float64 and got.tolist() == [float(2 ** 70), 1.5]
+
+
+def test_number_kind_uses_exact_types():
+    assert number_kind(()) == "int" and number_kind((1, 2)) == "int"
+    assert number_kind((1, 2.0)) == "num" and number_kind((2.0,)) == "num"
+    for odd in ((1, True), (IntSub(3), 1), (1, None), (1, "1"), (1.0, np.float64(2.0)), ([1],)):
+        assert number_kind(odd) is None, odd
