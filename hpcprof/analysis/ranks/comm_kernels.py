@@ -135,13 +135,39 @@ def _at(ev: pd.DataFrame, col: str, idx: np.ndarray, numeric: bool = False) -> n
 class _Names:
     """A column of names factorized once; each pattern is evaluated once per distinct name."""
 
-    def __init__(self, values: np.ndarray):
-        self.codes, self.uniq = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
+    def __init__(self, values, codes: np.ndarray | None = None, uniq: np.ndarray | None = None):
+        if codes is None:
+            try:
+                codes, uniq = pd.factorize(pd.Series(values, dtype=object) if isinstance(values, np.ndarray) else values,
+                                           use_na_sentinel=True)
+            except TypeError:  # a value that cannot be hashed (a list in a hostile trace): each row its own value
+                uniq = np.asarray(values, dtype=object)
+                codes = np.arange(uniq.size)
+        self.codes, self.uniq = codes, np.asarray(uniq, dtype=object)
+
+    @classmethod
+    def column(cls, ev: pd.DataFrame, col: str, n: int) -> "_Names":
+        """Column `col` of the event table factorized (all missing where the table has no such column)."""
+        if col not in ev:
+            return cls(None, np.full(n, -1, dtype=np.intp), np.empty(0, dtype=object))
+        return cls(ev[col])
+
+    def take(self, rows: np.ndarray) -> "_Names":
+        return _Names(None, self.codes[rows], self.uniq)
+
+    def values(self) -> np.ndarray:
+        """The column as an object array whose texts are the distinct values' objects (no new Python
+        string per event); a missing value is None."""
+        return np.append(self.uniq, None)[self.codes]
+
+    def where(self, pred) -> np.ndarray:
+        """pred(value) per row, evaluated once per distinct value (False where missing)."""
+        hit = np.array([bool(pred(u)) for u in self.uniq] + [False], dtype=bool)
+        return hit[self.codes]  # code -1 (missing) picks the trailing False
 
     def test(self, rx: re.Pattern, search: bool = False) -> np.ndarray:
         f = rx.search if search else rx.match
-        hit = np.array([bool(f(u)) if isinstance(u, str) else False for u in self.uniq] + [False])
-        return hit[self.codes]  # code -1 (no name) picks the trailing False
+        return self.where(lambda u: isinstance(u, str) and f(u))
 
 
 def _containing(op_rows: np.ndarray, op_thread: np.ndarray, ts: np.ndarray, end: np.ndarray,
@@ -187,32 +213,42 @@ def _bytes_from_dims(dims, types) -> float:
         return np.nan
 
 
-def classify(ev: pd.DataFrame, device: np.ndarray) -> CommKernels:
+def _one_of(values) -> "callable":
+    """A test for "the value is one of these texts" (an element of a list, as pandas' isin tests it)."""
+    allowed = frozenset(values)
+    return lambda u: isinstance(u, str) and u in allowed
+
+
+def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None) -> CommKernels:
     """The rules of the module docstring on an event table (decode/events.event_table, or
-    `frame_from_events`); `device`: the rows that are device activity (kernels, copies)."""
+    `frame_from_events`); `device`: the rows that are device activity (kernels, copies); `names`:
+    the table's name column factorized, where the caller has it already.
+
+    The text columns (ph, cat, name) are tested once per distinct value, and names are kept as the
+    distinct values' objects: no Python string per event (a 20.5 MB rank: 81,000 events, 300 names)."""
     n = len(ev)
     if not np.asarray(device, dtype=bool).any():  # a CPU-only trace: no kernel to classify
         none, nan = np.full(n, None, dtype=object), np.full(n, np.nan)
         return CommKernels(mask=np.zeros(n, dtype=bool), reason=none, hta_comm=np.zeros(n, dtype=bool), kind=none,
                            group=none, seq=nan, comms_id=none, msg_bytes=nan)
-    ph, cat, name = _arr(ev, "ph", n), _arr(ev, "cat", n), _arr(ev, "name", n)
     ts = _arr(ev, "ts", n, numeric=True)
     end = ts + _arr(ev, "dur", n, numeric=True)
     corr = _arr(ev, "correlation", n, numeric=True)
     ext = _arr(ev, "external_id", n, numeric=True)
-    names = _Names(name)
-    complete = (ph == "X") & np.isfinite(ts) & np.isfinite(end)
+    names = names if names is not None else _Names.column(ev, "name", n)
+    name = names.values()
+    cats = _Names.column(ev, "cat", n)
+    complete = _Names.column(ev, "ph", n).where(lambda u: u == "X") & np.isfinite(ts) & np.isfinite(end)
     device = np.asarray(device, dtype=bool) & complete
-    cats = pd.Series(cat, dtype=object)
 
-    is_memory = device & (names.test(MEMORY_RE) | cats.isin(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"]).to_numpy())
+    is_memory = device & (names.test(MEMORY_RE) | cats.where(_one_of(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"])))
     hta_comm = device & names.test(NCCL_RE)
-    host = complete & ~device & cats.isin(list(HOST_CATS)).to_numpy()
+    host = complete & ~device & cats.where(_one_of(HOST_CATS))
     comm_op = host & names.test(HOST_COMM_RE)
     api = comm_op & names.test(API_RE)
-    rpc = comm_op & (name == "record_param_comms")
+    rpc = comm_op & names.where(lambda u: u == "record_param_comms")
     ann = comm_op & names.test(re.compile(r"^nccl:"))
-    runtime = complete & ~device & cats.isin(list(RUNTIME_CATS)).to_numpy() & np.isfinite(corr) & (corr >= 0)
+    runtime = complete & ~device & cats.where(_one_of(RUNTIME_CATS)) & np.isfinite(corr) & (corr >= 0)
 
     # threads of the rows that need one (comm ops, launches), as small integers
     need = np.flatnonzero(comm_op | runtime)
@@ -245,7 +281,7 @@ def classify(ev: pd.DataFrame, device: np.ndarray) -> CommKernels:
     coll_name = _arr(ev, "coll_name", n)[dev_rows]
     carries = np.array([isinstance(v, str) and v not in ("", "wait", "barrier") for v in coll_name], dtype=bool)
 
-    dev_names = _Names(name[dev_rows])
+    dev_names = names.take(dev_rows)
     aten = dev_names.test(ATEN_RE, search=True)
     mem = is_memory[dev_rows]
     peer = dev_names.test(PEER_COPY_RE, search=True)
