@@ -73,3 +73,29 @@ def test_number_kind_uses_exact_types():
     assert number_kind((1, 2.0)) == "num" and number_kind((2.0,)) == "num"
     for odd in ((1, True), (IntSub(3), 1), (1, None), (1, "1"), (1.0, np.float64(2.0)), ([1],)):
         assert number_kind(odd) is None, odd
+
+
+JSON_MIXTURES = {k: v for k, v in MIXTURES.items() if k not in ("empty", "inf", "only NaN", "int and NaN", "text and NaN")}
+
+
+@pytest.mark.parametrize("values", list(JSON_MIXTURES.values()), ids=list(JSON_MIXTURES))
+def test_block_columns_equal_the_whole_decode(tmp_path, values):
+    """The same mixtures as values of a top-level key (tid), of one of HTA's args (correlation) and
+    of one of ours (Seq), decoded one event per block and in one block: the table is the whole-file
+    decode's, column by column (values and dtypes)."""
+    import json
+
+    from hpcprof.analysis.decode.events import event_table
+    from hpcprof.analysis.decode.load import read_bytes, read_trace
+    from hpcprof.analysis.decode.stream import split_table
+
+    events = [{"ph": "X", "name": "op", "ts": i, "dur": 1, "pid": 1, "tid": v, "args": {"correlation": v, "Seq": v}}
+              for i, v in enumerate(values)]
+    events.append({"ph": "X", "name": "op", "ts": 99, "dur": 1, "pid": 1})  # keys missing: NaN / defaults
+    p = tmp_path / "mix.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    want = event_table(read_trace(p))
+    for block in (1, 1 << 20):
+        got = split_table(read_bytes(p), block)
+        assert got is not None
+        pd.testing.assert_frame_equal(got[1], want, check_exact=True)

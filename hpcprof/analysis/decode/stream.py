@@ -13,7 +13,7 @@ Used by `read_event_table` for files larger than STREAM_MIN_BYTES (uncompressed,
 ones are read whole and decoded in blocks by `split_table` (no byte-by-byte scan: a guessed block end
 that the decoder confirms), with the same columns, so the records of one block at a time are alive,
 not those of the whole file (rank000 of a 16 x 20.5 MB set: decode peak 225 MB instead of 277, CPU
-0.205 s instead of 0.27). Bad input raises the same TraceError messages (such text, and any block
+0.21 s instead of 0.28 in a fresh process). Bad input raises the same TraceError messages (such text, and any block
 whose end cannot be confirmed, is decoded whole by decode.events.decode).
 """
 
