@@ -3,8 +3,9 @@
 - load.py: trace discovery (a run's ``traces/`` or any folder), reading (gzip or plain), the
   per-trace metadata (rank, world size, host) and the content hash that keys the caches;
 - events.py: msgspec decoding straight into small typed records, then one column-per-field table;
-- stream.py: the same table from a large trace read as a stream (neither its bytes nor one record
-  per event all in memory);
+- stream.py: the same table decoded block by block: a large trace read as a stream (neither its
+  bytes nor one record per event all in memory), the others read whole and split in blocks;
+- columns.py: each block's records turned into compact columns, and the blocks joined into the table;
 - hta_frame.py: HTA's per-rank DataFrame built from that table (HTA's loader stays the fallback).
 
 Nothing here looks at more than one trace, and nothing here analyses.

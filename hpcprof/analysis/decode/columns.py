@@ -1,0 +1,166 @@
+"""Compact columns of decoded events, block by block, and their join into the event table.
+
+Both block decodes (decode/stream.py: `stream_table` for files too large to hold, `split_table` for
+the others) turn each block's records into compact columns at once and free the records: numbers
+as int64/float64 arrays, other values with one Python object per distinct value (texts, ints,
+HTA's `Input Dims` lists). `_Columns.table()` joins the blocks with the dtype rules of
+`events.event_table` (pandas' inference from all values), so the table is the one the whole-file
+decode builds (tests/analysis/test_stream_decode.py, test_stream_decode_blocks.py,
+test_event_columns.py).
+"""
+
+from __future__ import annotations
+
+import operator
+from itertools import repeat
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from .events import (
+    _ARGS_FIELDS, _EVENT_FIELDS, _NO_ARGS, DROPPED_KEYS, HTA_ARGS, NAN, OBJECT_KEYS, OWN_ARGS, TOP_LEVEL, categories,
+    number_kind,
+)
+
+_ENC = msgspec.json.Encoder()
+
+
+def _intern(seen: dict, v):
+    """One object per distinct value of a column: texts, ints and lists (HTA's `Input Dims` and
+    `Input type` are lists of lists, a few hundred bytes of objects per event, repeated through the
+    trace). Equal values share one object; nothing mutates them."""
+    t = type(v)
+    if t is str or t is int:
+        return seen.setdefault((t, v), v)
+    if t is list:
+        return seen.setdefault((t, _ENC.encode(v)), v)
+    return v
+
+
+_NONE = {type(None)}
+_BY_VALUE = frozenset((str, int, type(None)))
+_BY_VALUE_OR_FLOAT = frozenset((str, type(None), float))
+
+
+class _Columns:
+    """Per column, the compact pieces of every decoded run of events."""
+
+    def __init__(self):
+        self.top: dict[str, list] = {k: [] for k in TOP_LEVEL if k not in DROPPED_KEYS}
+        self.args: dict[str, list] = {n: [] for n in _ARGS_FIELDS}
+        self.has_args: list[np.ndarray] = []
+        self.interned: dict[str, dict] = {}
+        self.n = 0
+
+    def _compact(self, name: str, values: tuple):
+        """An int64 array when every value is an int that fits; ("num", float64 values, which were
+        ints, the exact values or None) when every value is a number (the exact ones kept where an
+        int is beyond float precision); else an object array, one object per distinct value."""
+        n = len(values)
+        types = set(map(type, values))
+        kind = number_kind(values, types)
+        if kind == "int":
+            try:
+                return np.array(values, dtype=np.int64)
+            except OverflowError:
+                return ("num", np.array(values, dtype=np.float64), np.ones(n, dtype=bool), np.fromiter(values, dtype=object, count=n))
+        if kind == "num":
+            isint = np.fromiter(map(type, values), dtype=object, count=n) == int
+            f = np.array(values, dtype=np.float64)
+            exact = np.fromiter(values, dtype=object, count=n) if isint.any() and np.abs(f[isint]).max() > 2 ** 53 else None
+            return ("num", f, isint, exact)
+        if types == _NONE:  # an arg no event of the block has
+            return np.full(n, None, dtype=object)
+        seen = self.interned.setdefault(name, {})
+        if types <= _BY_VALUE or (types <= _BY_VALUE_OR_FLOAT and values.count(NAN) == list(map(type, values)).count(float)):
+            # texts, ints and None (and NaN, the missing key's value: one object): equal values of
+            # these types are the same value (no 1 == True == 1.0 mix, no -0.0 == 0.0), so the values
+            # themselves are the keys (in C, no call per value)
+            return np.fromiter(map(seen.setdefault, values, values), dtype=object, count=n)
+        if float not in types:  # JSON values without floats: their JSON text tells them apart (true vs 1)
+            return np.fromiter(map(seen.setdefault, map(_ENC.encode, values), values), dtype=object, count=n)
+        return np.fromiter((_intern(seen, v) for v in values), dtype=object, count=n)
+
+    def add(self, events: list) -> None:
+        if not events:
+            return
+        top = dict(zip(_EVENT_FIELDS, zip(*map(msgspec.structs.astuple, events))))
+        del events
+        for k in self.top:
+            self.top[k].append(self._compact(k, top[k]))
+        a = top.pop("args")
+        del top
+        has = np.fromiter(map(operator.is_not, a, repeat(None)), dtype=bool, count=len(a))
+        self.has_args.append(has)
+        if not has.all():
+            a = list(a)
+            for i in np.flatnonzero(~has).tolist():
+                a[i] = _NO_ARGS
+        args = dict(zip(_ARGS_FIELDS, zip(*map(msgspec.structs.astuple, a))))
+        del a
+        for k in self.args:
+            self.args[k].append(self._compact(k, args.pop(k)))
+        self.n += len(has)
+
+    @staticmethod
+    def _join(pieces: list, object_dtype: bool) -> pd.Series:
+        """The column `_column` (or pd.Series(dtype=object)) would build from all values at once."""
+        if not pieces:
+            return pd.Series([], dtype=object if object_dtype else None)
+        is_int = [isinstance(p, np.ndarray) and p.dtype == np.int64 for p in pieces]
+        is_num = [isinstance(p, tuple) for p in pieces]
+        if not object_dtype and all(is_int):
+            return pd.Series(np.concatenate(pieces))
+        all_ints = all(i or (n and p[2].all()) for i, n, p in zip(is_int, is_num, pieces))
+        if not object_dtype and not all_ints and all(i or n for i, n in zip(is_int, is_num)):
+            return pd.Series(np.concatenate([p[1] if isinstance(p, tuple) else p.astype(np.float64) for p in pieces]))
+        objs = []
+        for p in pieces:
+            if isinstance(p, tuple):  # numbers back to the Python ints and floats they were
+                if p[3] is not None:
+                    objs.append(p[3])
+                    continue
+                o = p[1].astype(object)
+                o[p[2]] = p[1][p[2]].astype(np.int64).astype(object)
+                objs.append(o)
+            elif p.dtype != object:  # ints: one Python int per distinct value, not per event
+                u, inv = np.unique(p, return_inverse=True)
+                objs.append(np.fromiter(u.tolist(), dtype=object, count=u.size)[inv])
+            else:
+                objs.append(p)
+        values = np.concatenate(objs)
+        if object_dtype:
+            return pd.Series(values, dtype=object)
+        return _texts(values)
+
+    def table(self) -> pd.DataFrame:
+        cols: dict[str, Any] = {}
+        for key, pieces in self.top.items():
+            col = self._join(pieces, key in OBJECT_KEYS)
+            self.top[key] = []
+            if col.isna().all() and not any(p.dtype == object and any(v is None for v in p) for p in pieces if isinstance(p, np.ndarray)):
+                continue
+            cols[key] = categories(col) if key in OBJECT_KEYS else col
+        for name, _key, _default in HTA_ARGS:
+            cols[name] = self._join(self.args.pop(name), False)
+        for name, _key in OWN_ARGS:
+            cols[name] = self._join(self.args.pop(name), True)
+        cols["has_args"] = pd.Series(np.concatenate(self.has_args) if self.has_args else np.empty(0, dtype=bool), dtype=bool)
+        return pd.DataFrame(cols)
+
+
+def _texts(values: np.ndarray) -> pd.Series:
+    """pd.Series(values.tolist()): the dtype pandas infers from the values; built from the distinct
+    values where they are all texts (or missing): the text column is made from the few distinct
+    texts and their codes, not from one Python string per event."""
+    try:
+        codes, uniq = pd.factorize(values, use_na_sentinel=True)
+    except TypeError:  # unhashable values (lists)
+        return pd.Series(values.tolist())
+    if len(uniq) and len(uniq) < len(values):
+        inferred = pd.Series(list(uniq))
+        if isinstance(inferred.dtype, pd.StringDtype):  # only texts (equal texts are one value)
+            return pd.Series(inferred.array.take(codes, allow_fill=True))
+    return pd.Series(values.tolist())
