@@ -83,6 +83,8 @@ def _one_per_rank(candidates: dict[int, list[RankResult]], warnings: list[str]) 
     wins; otherwise the trace closest in time to the other ranks' (a stale trace of an earlier run
     left in the folder is hours or days away; keeping it made "costs 291287.9 ms/step")."""
     keep = {rank: rs[0] for rank, rs in candidates.items() if len(rs) == 1}
+    if all(len(rs) == 1 for rs in candidates.values()):
+        return keep  # no duplicate: nothing to choose (and no table to read)
     ref = [s for s in (_start_us(r) for r in keep.values()) if s is not None]
     ref_us = median(ref) if ref else None
     for rank, rs in candidates.items():

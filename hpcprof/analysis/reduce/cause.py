@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..ranks.categories import CAUSE_CATEGORIES
+from .medians import nanmedian0
 from .step_graph import StepGraph
 
 CAUSE_MIN_SHARE = 0.5
@@ -92,11 +93,11 @@ def window_excess(g: StepGraph, s: int, clock: tuple | None) -> dict[str, float]
     for k in np.flatnonzero(last == s):
         others = [window(i, k, after) for i in np.flatnonzero(g.member[:, k]) if i != s]
         if others:
-            excess += np.nan_to_num(window(s, k, after) - np.nanmedian(others, axis=0))
+            excess += np.nan_to_num(window(s, k, after) - nanmedian0(others))
         after = k
     if int(np.argmax(g.end)) == s:
         others = [window(i, -1, after) for i in range(R) if i != s]
-        excess += np.nan_to_num(window(s, -1, after) - np.nanmedian(others, axis=0))
+        excess += np.nan_to_num(window(s, -1, after) - nanmedian0(others))
     return dict(zip(CAUSE_CATEGORIES, excess.tolist()))
 
 

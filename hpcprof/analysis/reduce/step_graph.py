@@ -48,6 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .medians import nanmedian0
+
 
 @dataclass
 class StepGraph:
@@ -93,7 +95,10 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
     waited_col = m["waited"].fillna(True).astype(bool) if "waited" in m else pd.Series(True, index=m.index)
     m = m.assign(waited=waited_col)
     out = []
-    key_step = m.groupby("key")["step"].agg(lambda s: s.mode().iloc[0])
+    # each collective's step: the most frequent among its instances, the lowest of equally frequent ones
+    # (Series.mode's first), counted in one groupby rather than one Python call per collective
+    n = m.groupby(["key", "step"]).size().rename("n").reset_index()
+    key_step = n.sort_values(["key", "n", "step"], ascending=[True, False, True], kind="stable").drop_duplicates("key").set_index("key")["step"]
     m = m[m["step"].to_numpy() == m["key"].map(key_step).to_numpy()]
     for step, st in steps.groupby("step"):
         st = st.drop_duplicates("rank").sort_values("rank")
@@ -129,7 +134,7 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
         last_arr = np.nanmax(arr, axis=0) if K else np.empty(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            transfer = np.nanmedian(end - last_arr[None, :], axis=0) if K else np.empty(0)
+            transfer = nanmedian0(end - last_arr[None, :]) if K else np.empty(0)
         out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k, end))
     return out
 
@@ -275,7 +280,7 @@ def scenarios(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
     tail[1 + idx, idx] = to
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        ma = np.nanmedian(np.where(g.member, g.seg, np.nan), axis=0) if K else np.empty(0)
+        ma = nanmedian0(np.where(g.member, g.seg, np.nan)) if K else np.empty(0)
     seg[-1] = np.where(g.member, ma[None, :], np.nan)
     tail[-1] = np.median(g.tail)
     return seg, tail
