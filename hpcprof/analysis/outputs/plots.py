@@ -20,6 +20,7 @@ matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.colors import LinearSegmentedColormap, TwoSlopeNorm  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
@@ -255,15 +256,27 @@ def critical_path_chart(links: pd.DataFrame, nodes: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(15, max(3.2, 0.55 * len(steps) + 2.2)),
                              gridspec_kw={"width_ratios": [2.2, 1.0], "wspace": 0.35})
     ax = axes[0]
+    # the links as one collection of rectangles, the bars barh would draw (height 0.7, white edges, the x axis
+    # starting at the bars' left ends): one barh per link was 60% of this chart's time (270 links, 12 steps)
+    bars: dict[str, list] = {"y": [], "width": [], "left": [], "color": []}
     for y, step in enumerate(steps):
         mine = links[links["step"] == step]
         total = float(mine["dur_ms"].sum()) or 1.0
         for row in mine.itertuples(index=False):
             parts = {c: float(getattr(row, f"{c}_ms")) for c in cats}
             main = max(parts, key=parts.get) if parts else "uncategorised"
-            ax.barh(y, row.dur_ms, left=row.start_ms, color=PATH_COLOURS[main], edgecolor="white", linewidth=0.5, height=0.7)
+            for k, v in zip(bars, (y, row.dur_ms, row.start_ms, PATH_COLOURS[main])):
+                bars[k].append(v)
             if not pd.isna(row.rank) and row.dur_ms > 0.06 * total:
                 ax.text(row.start_ms + row.dur_ms / 2, y, f"r{int(row.rank)}", ha="center", va="center", fontsize=7, color="black")
+    if bars["y"]:
+        y0 = np.asarray(bars["y"], float) - 0.35
+        x0, w = np.asarray(bars["left"], float), np.asarray(bars["width"], float)
+        verts = np.stack([np.stack([x0, y0], 1), np.stack([x0, y0 + 0.7], 1), np.stack([x0 + w, y0 + 0.7], 1),
+                          np.stack([x0 + w, y0], 1)], 1)
+        coll = PolyCollection(verts, facecolors=bars["color"], edgecolors="white", linewidths=0.5)
+        coll.sticky_edges.x.extend(bars["left"])
+        ax.add_collection(coll)
     ax.set_yticks(range(len(steps)), [f"step {s}" for s in steps], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ms from the step's earliest rank start")
