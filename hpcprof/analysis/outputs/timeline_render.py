@@ -101,16 +101,17 @@ def _text(values) -> pa.Array:
     return pc.cast(pa.array(values), pa.string())
 
 
-def _joined(arr: pa.Array) -> bytes:
-    """The strings of `arr` back to back (each already ends with its separator)."""
+def _joined(arr: pa.Array) -> memoryview | bytes:
+    """The strings of `arr` back to back (each already ends with its separator): a view of the
+    array's data buffer, not a copy (a batch is megabytes; the gzip stream copies it once)."""
     arr = arr.cast(pa.large_string()) if arr.type != pa.large_string() else arr
     if len(arr) == 0:
         return b""
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset: arr.offset + len(arr) + 1]
-    return arr.buffers()[2].to_pybytes()[offsets[0]: offsets[-1]]
+    return memoryview(arr.buffers()[2])[int(offsets[0]): int(offsets[-1])]
 
 
-def _events_json(f: pa.Table, r: int, shift: float, tids: np.ndarray) -> bytes:
+def _events_json(f: pa.Table, r: int, shift: float, tids: np.ndarray) -> memoryview | bytes:
     """The events of `f` as JSON objects, each followed by a comma."""
     is_x = f.column("is_x")
     corr = col(f, "corr")
@@ -125,7 +126,7 @@ def _events_json(f: pa.Table, r: int, shift: float, tids: np.ndarray) -> bytes:
     return _joined(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
 
 
-def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarray) -> tuple[bytes, int]:
+def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarray) -> tuple[memoryview | bytes, int]:
     """Launch flows: from each runtime call to the device event it launched (same correlation id;
     the last runtime call of an id wins), each arrow a pair of 's' and 'f' events; and their count."""
     corr = col(f, "corr")

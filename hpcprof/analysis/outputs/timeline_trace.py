@@ -178,10 +178,14 @@ class _Elements:
     def __init__(self, out: GzipStream):
         self.out, self.first = out, True
 
-    def add(self, chunk: bytes) -> None:
-        chunk = chunk.rstrip(b",")
-        if chunk:
-            self.out.write(chunk if self.first else b"," + chunk)
+    def add(self, chunk: bytes | memoryview) -> None:
+        n = len(chunk)
+        while n and chunk[n - 1] == 0x2C:  # the trailing comma(s), cut without copying the chunk
+            n -= 1
+        if n:
+            if not self.first:
+                self.out.write(b",")
+            self.out.write(chunk if n == len(chunk) else memoryview(chunk)[:n])
             self.first = False
 
 
