@@ -199,14 +199,14 @@ def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], 
         red = reduce_ranks(src, keep, manifest, warnings)
         views = rank_views(keep, red.idle, red.per_rank, red.recommendations)
         matching = red.whatif.matching if getattr(red, "whatif", None) is not None else None
+        omitted = nothing_to_show(red, views)
+        plots = draw_charts(charts, red, out, views, omitted)  # drawn while the timeline and the tables are written
         lanes = [critical_path_lane(red.critical_path.links if red.critical_path is not None else None)]
         clocks, timeline = merged_timeline(out.root, keep, red.nodes, matching, warnings, timeline_steps, timeline_max_events,
                                            progress=progress, lanes=lanes)
         if not timeline.get("path"):  # none written this time: an older one would pass for this analysis'
             (out.root / TIMELINE_FILE).unlink(missing_ok=True)
         tables = {**output_tables(red), **views}
-        omitted = nothing_to_show(red, views)
-        plots = draw_charts(charts, red, out, views, omitted)
         write_tables(tables, out.tables)  # while the charts are drawn
         summary = build_summary(src, out, red, manifest, world_size, warnings, plots)
         summary.update(clock_alignment=clocks.to_dict(), timeline=timeline, charts_left_out=omitted)
