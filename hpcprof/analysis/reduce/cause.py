@@ -40,27 +40,50 @@ def _cum_columns(df: pd.DataFrame, at: str) -> list[str]:
     return [f"cum_{c}_{at}_ms" for c in CAUSE_CATEGORIES]
 
 
-def cause_clock(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None) -> tuple | None:
+class ClockIndex:
+    """The matched instances `m` as arrays, once for all the step graphs (cause_clock reads them per
+    graph; with pandas' isin and map on the key strings of every instance that was 3.7 ms a graph)."""
+
+    def __init__(self, m: pd.DataFrame):
+        codes, uniq = pd.factorize(m["key"])  # a missing key: -1
+        self.codes = codes
+        self.code_of = {k: i for i, k in enumerate(uniq)}
+        self.rank = m["rank"].to_numpy()
+        arr_cols, end_cols = _cum_columns(m, "arrival"), _cum_columns(m, "end")
+        have = set(arr_cols + end_cols) <= set(m.columns)
+        self.arr = m[arr_cols].to_numpy(float) if have else None
+        self.end = m[end_cols].to_numpy(float) if have else None
+
+
+def cause_clock(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, index: ClockIndex | None = None) -> tuple | None:
     """The cumulative category times of graph g's ranks at their arrivals, collective ends, step
     starts and stops (what window_excess reads; gathered once per step, not once per rank); None
-    without category columns."""
+    without category columns. `index`: ClockIndex(m), made once when several graphs are read."""
     arr_cols, end_cols = _cum_columns(m, "arrival"), _cum_columns(m, "end")
     if steps is None or not set(arr_cols + end_cols) <= set(m.columns):
         return None
     st_start, st_end = _cum_columns(steps, "start"), _cum_columns(steps, "stop")
     if not set(st_start + st_end) <= set(steps.columns):
         return None
+    ix = index if index is not None else ClockIndex(m)
     R, K = g.member.shape
     ncat = len(CAUSE_CATEGORIES)
     ca = np.full((R, K, ncat), np.nan)
     ce = np.full((R, K, ncat), np.nan)
-    ri = {int(r): i for i, r in enumerate(g.ranks)}
-    ki = {k: j for j, k in enumerate(g.keys)}
-    sub = m[(m["key"].isin(ki)) & (m["rank"].isin(ri))]
-    rr = sub["rank"].map(ri).to_numpy()
-    kk = sub["key"].map(ki).to_numpy()
-    ca[rr, kk] = sub[arr_cols].to_numpy(float)
-    ce[rr, kk] = sub[end_cols].to_numpy(float)
+    # the instances of g's collectives on g's ranks, in the frame's order (a repeated (rank, key): the last wins)
+    col_of = np.full(len(ix.code_of) + 1, -1)  # a key's column in g, -1: not in g (the last slot: a missing key)
+    for j, k in enumerate(g.keys):
+        c = ix.code_of.get(k)
+        if c is not None:
+            col_of[c] = j
+    kk = col_of[ix.codes]
+    ranks = np.asarray([int(r) for r in g.ranks])
+    order = np.argsort(ranks, kind="stable")
+    pos = np.minimum(np.searchsorted(ranks[order], ix.rank), max(len(ranks) - 1, 0))
+    rr = order[pos] if len(ranks) else np.zeros(len(ix.rank), dtype=int)
+    sel = (kk >= 0) & (ranks[rr] == ix.rank) if len(ranks) else np.zeros(len(ix.rank), dtype=bool)
+    ca[rr[sel], kk[sel]] = ix.arr[sel]
+    ce[rr[sel], kk[sel]] = ix.end[sel]
     stp = steps[steps["step"] == g.step].drop_duplicates("rank").set_index("rank")
     s0 = stp.reindex(g.ranks)[st_start].to_numpy(float)
     s1 = stp.reindex(g.ranks)[st_end].to_numpy(float)

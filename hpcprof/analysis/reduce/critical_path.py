@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..ranks.categories import CAUSE_CATEGORIES
-from .cause import cause_clock
+from .cause import ClockIndex, cause_clock
 from .step_graph import StepGraph, replay_ends
 
 MAX_LINKS_IN_SUMMARY = 100
@@ -85,10 +85,12 @@ def _link_dict(row: dict) -> dict:
             "start_ms": row["start_ms"], "dur_ms": row["dur_ms"], "category_ms": cats}
 
 
-def path_of(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, kinds: dict | None = None) -> tuple[list[dict], dict]:
-    """The critical path of one step graph: its links in time order and the step's totals."""
+def path_of(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, kinds: dict | None = None,
+            index: ClockIndex | None = None) -> tuple[list[dict], dict]:
+    """The critical path of one step graph: its links in time order and the step's totals
+    (`index`: cause.ClockIndex(m), made once for all the graphs)."""
     E, setter, fin = (x[0] for x in replay_ends(g, g.seg[None], g.tail[None]))  # the replay with the measured segments
-    cats = cause_clock(g, m, steps)  # the cumulative category times the straggler cause reads
+    cats = cause_clock(g, m, steps, index)  # the cumulative category times the straggler cause reads
     origin = float(g.start.min())
     links: list[dict] = []
 
@@ -159,8 +161,9 @@ def critical_paths(graphs: list[StepGraph], m: pd.DataFrame | None, steps: pd.Da
         return CriticalPath(pd.DataFrame(columns=cols))
     kinds = m.groupby("key")["kind"].first().to_dict() if "kind" in m else {}
     rows, totals = [], []
+    index = ClockIndex(m)
     for g in graphs:
-        links, tot = path_of(g, m, steps, kinds)
+        links, tot = path_of(g, m, steps, kinds, index)
         for n, x in enumerate(links):
             rows.append({**{c: x.get(c) for c in ("step", "rank", "kind", "collective", "collective_kind", "start_us", "start_ms", "dur_ms")},
                          "order": n, **{f"{c}_ms": float(x.get(c) or 0.0) for c in PATH_CATEGORIES}})

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from ..ranks.categories import CAUSE_CATEGORIES
-from .cause import CAUSE_TEXT, cause_clock, name_cause, window_excess
+from .cause import CAUSE_TEXT, ClockIndex, cause_clock, name_cause, window_excess
 from .matching import Matching, match_collectives
 from .step_graph import build_graphs, replay, scenarios
 
@@ -95,6 +95,7 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
         return empty
     step_rows, cost_rows = [], []
     excess_sum: dict[int, np.ndarray] = {}
+    index = ClockIndex(mt.df)
     have_cause = True
     for g in graphs:
         seg, tail = scenarios(g)
@@ -105,7 +106,7 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
                           "threshold_ms": thr, "collectives": g.member.shape[1]})
         last_arr = np.nanmax(g.arrival, axis=0)
         step_costs = t[0] - t[1:1 + len(g.ranks)]
-        clock = cause_clock(g, mt.df, steps)
+        clock = cause_clock(g, mt.df, steps, index)
         for i, r in enumerate(g.ranks):
             cost = float(step_costs[i])
             # a rank's time in the matched collectives: waiting for the last arrival, then the transfer
