@@ -34,7 +34,8 @@ def read_piece(path: str, columns: list[str] | None = None) -> pa.Table:
 
     cols = columns or COLUMNS
     dict_cols = [c for c in ("cat_json", "name_json", "pid", "tid", "kind") if c in cols]
-    return pq.read_table(path, columns=cols, read_dictionary=dict_cols)
+    # ParquetFile, not read_table: the same table without the datasets layer (a third of the CPU)
+    return pq.ParquetFile(path, read_dictionary=dict_cols).read(columns=cols)
 
 
 def col(t: pa.Table, name: str) -> np.ndarray:

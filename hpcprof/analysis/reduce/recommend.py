@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from .communication import comm_share_pct
@@ -38,6 +39,13 @@ TC_RE = re.compile(
     re.I,
 )
 GEMM_RE = re.compile(r"gemm|conv|matmul|cudnn|winograd|xmma|cutlass|nvjet|wgmma|gmma|mma|fmha|flash_(?:fwd|bwd)|dgrad|wgrad|fprop", re.I)
+
+
+def _matches(names: pd.Series, rx: re.Pattern) -> np.ndarray:
+    """`names.str.contains(rx)` as a mask (a missing name: False), the pattern tried once per distinct
+    name: kernel names repeat on every rank, and pandas tries a compiled pattern in Python per row."""
+    codes, uniq = pd.factorize(names)  # a missing name: -1, the last slot
+    return np.array([isinstance(n, str) and rx.search(n) is not None for n in uniq] + [False], dtype=bool)[codes]
 
 
 def _fmt(v: float, d: int = 1) -> str:
@@ -130,8 +138,8 @@ def recommendations(
         comp = kernels_all[kernels_all["kernel_type"] == "COMPUTATION"]
         tot = comp["sum"].sum()
         gpu_tot = kernels_all["sum"].sum()
-        tc = comp[comp["name"].str.contains(TC_RE)]["sum"].sum()
-        gemm = comp[comp["name"].str.contains(GEMM_RE)]["sum"].sum()
+        tc = comp[_matches(comp["name"], TC_RE)]["sum"].sum()
+        gemm = comp[_matches(comp["name"], GEMM_RE)]["sum"].sum()
         gemm_gpu_pct = 100 * gemm / gpu_tot if gpu_tot else 0.0
         if tot > 0 and tc / tot < 0.01 and gemm_gpu_pct >= GEMM_MIN_GPU_PCT:
             recs.append(
