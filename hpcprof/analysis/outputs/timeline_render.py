@@ -160,7 +160,7 @@ def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep
     r = label.rank
     gpu = col(f, "gpu")
     dev = col(f, "dev")[gpu]
-    gpu_ids = sorted({int(x) for x in dev[np.isfinite(dev)]})
+    gpu_ids = sorted({int(x) for x in np.unique(dev[np.isfinite(dev)])})  # the distinct values first
     device = label.device or ("cuda" if len(gpu_ids) else "cpu")
     if gpu_ids and device in ("cuda", "gpu"):
         device = "GPU " + ",".join(map(str, gpu_ids))
