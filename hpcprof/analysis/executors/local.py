@@ -149,3 +149,16 @@ def _map_pool(files: list[Path], cache_dir: Path, use_cache: bool, workers: int,
         raise
     if ex is not None:
         ex.shutdown()
+    _give_back_freed_memory()
+
+
+def _give_back_freed_memory() -> None:
+    """Return to the system the heap memory the parent's own ranks freed (glibc ``malloc_trim``;
+    elsewhere nothing): the chart process forked next would count it again. Once, after the map
+    (after every rank it cost page faults again at the next rank: +0.4 CPU-s on 16 ranks)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
