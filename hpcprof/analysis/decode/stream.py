@@ -98,6 +98,19 @@ def _loose(chunk: bytes) -> tuple[list, int]:
     return loose_events(msgspec.json.decode(chunk))
 
 
+def _events_key(buf: bytes, give_up_after: int | None = None):
+    """The match of the `"traceEvents": [` key at depth 1 (a key of the document, outside any
+    string) in `buf`, or None; with `give_up_after`, None once the candidates pass that offset."""
+    for m in _KEY.finditer(buf):
+        sc = _Scanner(0)
+        sc.scan(buf[: m.start()], 0, -99)
+        if not sc.in_str and sc.depth == 1:
+            return m
+        if give_up_after is not None and m.start() > give_up_after:
+            return None
+    return None
+
+
 def stream_table(fh, block: int = BLOCK) -> tuple[dict, pd.DataFrame, int, int]:
     """(metadata, event table, events, skipped entries) of the trace read from binary file `fh`.
     Raises msgspec.DecodeError for text that is not JSON, StreamError where no top-level
@@ -107,12 +120,7 @@ def stream_table(fh, block: int = BLOCK) -> tuple[dict, pd.DataFrame, int, int]:
     while head is None:  # find the array: the key at depth 1, outside any string
         more = fh.read(block)
         buf += more
-        for m in _KEY.finditer(buf):
-            sc = _Scanner(0)
-            sc.scan(buf[: m.start()], 0, -99)
-            if not sc.in_str and sc.depth == 1:
-                head = m
-                break
+        head = _events_key(buf)
         if head is None and not more:
             raise StreamError("no 'traceEvents' list")
     prefix = buf[: head.end() - 1]
@@ -223,15 +231,7 @@ def split_table(raw: bytes | list, block: int = SPLIT_BLOCK) -> tuple[dict, pd.D
     text and the table were alive together, 20 MB of a 20.5 MB rank's peak); on None it is left."""
     box = raw if isinstance(raw, list) else None
     raw = box[0] if box is not None else raw
-    head = None
-    for m in _KEY.finditer(raw):
-        sc = _Scanner(0)
-        sc.scan(raw[: m.start()], 0, -99)
-        if not sc.in_str and sc.depth == 1:
-            head = m
-            break
-        if m.start() > (1 << 20):  # odd layout: leave it to the whole-text decode
-            return None
+    head = _events_key(raw, give_up_after=1 << 20)  # further in: an odd layout, left to the whole-text decode
     if head is None:
         return None
     pos = head.end()
@@ -267,7 +267,7 @@ def split_table(raw: bytes | list, block: int = SPLIT_BLOCK) -> tuple[dict, pd.D
         start = cut + 1
     if not cols.n:
         return None
-    del raw, head, m, prefix  # the matches hold the text too
+    del raw, head, prefix  # the match holds the text too
     if box is not None:
         box.clear()
     return meta, cols.table(), cols.n, skipped
