@@ -5,11 +5,13 @@ unit (or is a fraction, score or label); the Parquet copy keeps full precision."
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 
 from hpcprof.analysis import analyze
-from hpcprof.analysis.outputs.rounding import UNITLESS, decimals_for
+from hpcprof.analysis.outputs.htmlparts import json_text
+from hpcprof.analysis.outputs.rounding import UNITLESS, decimals_for, round_summary
 
 
 def _floats(o, key=None):
@@ -57,3 +59,27 @@ def test_every_csv_float_column_names_its_unit_and_parquet_stays_exact(dlrm_copy
     assert {"sum_us", "max_us", "min_us", "mean_us"} <= set(top.columns)
     # Parquet: HTA's names and every digit (the HTA equality tests read it)
     assert "sum (us)" in pd.read_parquet(tables / "kernels_top.parquet").columns
+
+
+def test_a_dict_of_categories_inside_a_field_with_a_unit_is_rounded_by_that_unit():
+    """A CI run's demo report showed `2.34375e-05`: critical_path.by_category_ms's values are keyed by
+    category (host_gap, ...), names without a unit, so they kept 6 significant digits instead of 0.01 ms."""
+    s = {"by_category_ms": {"host_gap": 2.34375e-05, "cpu_work": 12.345678},
+         "cause_excess_ms_per_step_by_rank": {"1": {"data_loading": 0.0161234, "confidence": 0.123456789}},
+         "clock_offsets_us": {"0": 1.23456789}, "throughput": {"level": 0.123456789}}
+    assert round_summary(s) == {
+        "by_category_ms": {"host_gap": 0.0, "cpu_work": 12.35},
+        "cause_excess_ms_per_step_by_rank": {"1": {"data_loading": 0.02, "confidence": 0.123457}},
+        "clock_offsets_us": {"0": 1.235}, "throughput": {"level": 0.123457}}
+
+
+def test_the_reports_raw_summary_has_no_scientific_notation_and_parses_back_to_the_same_values():
+    s = {"tiny_share": 2.34375e-05, "huge": 1e20, "neg": -3.5e-9, "missing": float("nan"),
+         "list": [1, True, None, 'quote " and <tag>'], "empty": {}, "none": [], "nested": {"x": [0.1, {"y": 5e-7}]}}
+    text = json_text(s)
+    assert not re.search(r"\d[eE][+-]?\d", text), text
+    back = json.loads(text)
+    assert back["missing"] != back["missing"] and isinstance(back["huge"], float)
+    del back["missing"], s["missing"]
+    assert back == s
+    assert json_text({"a": [1.5]}) == json.dumps({"a": [1.5]}, indent=1)

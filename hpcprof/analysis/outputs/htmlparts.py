@@ -9,6 +9,7 @@ with the full name on hover; wide tables scroll inside their box.
 from __future__ import annotations
 
 import html
+import json
 import math
 import re
 
@@ -90,6 +91,35 @@ def num(v, col: str = "") -> str:
     if a >= 100 or v == int(v):
         return f"{v:,.0f}" if a >= 1000 or v == int(v) else f"{v:,.1f}"
     return f"{v:.2f}" if a >= 1 else f"{v:.3f}"
+
+
+def _json_float(v: float) -> str:
+    if math.isnan(v) or math.isinf(v):
+        return json.dumps(v)  # NaN / Infinity, as json.dumps writes them
+    r = repr(v)
+    return np.format_float_positional(v, trim="0") if "e" in r else r
+
+
+def json_text(o, indent: int = 1, _depth: int = 0) -> str:
+    """`json.dumps(o, indent=indent, default=str)` with every float in positional notation
+    (0.0000234375, not 2.34375e-05): the report shows summary.json to people; it still parses as
+    the same JSON (`json.loads` gives back the same values)."""
+    pad, inner = " " * indent * _depth, " " * indent * (_depth + 1)
+    if isinstance(o, dict):
+        if not o:
+            return "{}"
+        items = (f"{inner}{json.dumps(str(k) if not isinstance(k, str) else k)}: {json_text(v, indent, _depth + 1)}"
+                 for k, v in o.items())
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(o, (list, tuple)):
+        if not o:
+            return "[]"
+        return "[\n" + ",\n".join(inner + json_text(v, indent, _depth + 1) for v in o) + "\n" + pad + "]"
+    if isinstance(o, float):
+        return _json_float(o)
+    if o is None or isinstance(o, (str, bool, int)):
+        return json.dumps(o)
+    return json.dumps(str(o))
 
 
 _TEMPLATE = re.compile(r"<[^<>]*>")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..reduce.whatif import NO_STRAGGLER_TEXT
-from .htmlparts import esc, group_warnings, num, table
+from .htmlparts import esc, group_warnings, json_text, num, table
 from .layout import REPORT_FILE
 from .report_sections import communication_section, critical_path_section, critical_path_verdict
 
@@ -372,7 +372,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     section("collectives", "<p>Times in ms from the start of the merged timeline (the first chosen step), on the job's clock.</p>" + table(c, note="tables/collectives.csv"))
     warns = group_warnings(s.get("warnings") or [])
     section("warnings", "<ul>" + "".join(f"<li class='warn'>{esc(w)}</li>" for w in warns) + "</ul>" if warns else "<p class='none'>(none)</p>")
-    section("raw", f"<details><summary>summary.json ({len(json.dumps(s, default=str)):,} characters)</summary><pre>{esc(json.dumps(s, indent=1, default=str))}</pre></details>")
+    section("raw", f"<details><summary>summary.json ({len(json.dumps(s, default=str)):,} characters)</summary><pre>{esc(json_text(s))}</pre></details>")
     p.append("</body></html>")
     path = Path(out) / REPORT_FILE
     tmp = path.with_name(f".{REPORT_FILE}.tmp")

@@ -67,11 +67,25 @@ def round_value(v: float, name: str | None) -> float:
     return round(v, max(0, 5 - int(math.floor(math.log10(abs(v))))))  # 6 significant digits
 
 
+def field_name(key, parent: str | None) -> str | None:
+    """The name that gives the unit of the value at `key` inside a dict named `parent`: a dict keyed
+    by rank takes its parent's name (clock_offsets_us: {"0": ...}), and so does a dict keyed by
+    unit-less words inside a field that has a unit (by_category_ms: {"host_gap": ...} is in ms;
+    rounded as a unit-less number it kept 6 significant digits, 2.34375e-05 ms)."""
+    k = str(key)
+    if k.lstrip("-").isdigit():
+        return parent
+    if (parent is not None and decimals_for(k) is None and decimals_for(parent) is not None
+            and not any(w in k.lower() for w in UNITLESS)):
+        return parent
+    return key
+
+
 def round_summary(o, key: str | None = None):
     """Round every float in a clean() summary by the name of the field holding it (a list takes the
-    name of its field; dicts keyed by rank take their parent's name, e.g. clock_offsets_us)."""
+    name of its field; see `field_name` for dicts keyed by rank or by category)."""
     if isinstance(o, dict):
-        return {k: round_summary(v, k if not str(k).lstrip("-").isdigit() else key) for k, v in o.items()}
+        return {k: round_summary(v, field_name(k, key)) for k, v in o.items()}
     if isinstance(o, list):
         return [round_summary(v, key) for v in o]
     if isinstance(o, float):
