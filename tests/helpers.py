@@ -296,7 +296,7 @@ def per_step_costs(summary: dict, rank: int) -> dict[int, float]:
     return {int(s): float(c) for s, c in zip(df["step"], df["whatif_cost_ms"])}
 
 
-def ops_ms_per_step(run: Path, rank: int) -> dict[int, float]:
+def ops_ms_per_step(run: Path, rank: int, traces: Path | None = None) -> dict[int, float]:
     """Per profiled step, the time rank `rank` spent in its top-level `aten::` operators (from its
     trace; per thread, an operator inside another is not counted again): the same operators on the
     same shapes on every rank (one model, one batch size), so a difference between ranks is a
@@ -309,7 +309,7 @@ def ops_ms_per_step(run: Path, rank: int) -> dict[int, float]:
     import json
     import re
 
-    with gzip.open(Path(run) / "traces" / f"rank-{rank}.pt.trace.json.gz", "rt") as fh:
+    with gzip.open(Path(traces or Path(run) / "traces") / f"rank-{rank}.pt.trace.json.gz", "rt") as fh:
         ev = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
     steps = [(int(m.group(1)), e["ts"], e["ts"] + e["dur"]) for e in ev if (m := re.match(r"ProfilerStep#(\d+)$", e["name"]))]
     ops = sorted((e for e in ev if e.get("cat") == "cpu_op" and str(e.get("name", "")).startswith("aten::")),
@@ -335,7 +335,7 @@ def slower_steps(mine: dict[int, float], other: dict[int, float], by_ms: float) 
     return [n for n in mine if n in other and mine[n] - other[n] >= by_ms]
 
 
-def unplanned_straggler(run: Path, summary: dict, drilled: int) -> str | None:
+def unplanned_straggler(run: Path, summary: dict, drilled: int, traces: Path | None = None) -> str | None:
     """Whether the drill run holds a second straggler that the drill did not plant, measured in its
     traces: another rank whose operators (ops_ms_per_step: the same work on every rank) took longer
     than the drilled rank's by more than the base threshold on average over the profiled steps, and
@@ -350,13 +350,15 @@ def unplanned_straggler(run: Path, summary: dict, drilled: int) -> str | None:
     ranks the flag rule holds each against the other (docs/analysis.md, "Straggler flag": two ranks
     that are both late look like two ranks that jitter). Then the flag is no known answer; the
     drilled rank's cost still is, and is checked. Symmetric jitter (+/-10-35 ms per step) rarely
-    meets both conditions: the mean of 10 differences has a standard error of about 5 ms."""
+    meets both conditions: the mean of 10 differences has a standard error of about 5 ms.
+    `traces`: the folder of the traces `summary` analysed when it is not the run's traces/ (a
+    triggered capture's folder)."""
     base = base_threshold_ms(summary)
-    mine = ops_ms_per_step(run, drilled)
+    mine = ops_ms_per_step(run, drilled, traces)
     for r in summary["ranks_analyzed"]:
         if r == drilled:
             continue
-        other = ops_ms_per_step(run, r)
+        other = ops_ms_per_step(run, r, traces)
         diffs = [other[n] - mine[n] for n in other if n in mine]
         if not diffs:
             continue
@@ -370,7 +372,7 @@ def unplanned_straggler(run: Path, summary: dict, drilled: int) -> str | None:
 
 
 def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, run: Path, cause: str = "host_gap",
-                                   tolerance: float = 0.15) -> str:
+                                   tolerance: float = 0.15, traces: Path | None = None) -> str:
     """The checks of issue 10's live drills, one definition for the local and the SLURM drill.
 
     Always: the cost the analysis adds in the drilled steps (`drill_added_cost`) is within
@@ -397,7 +399,7 @@ def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, 
     try:
         figure = _assert_drilled_rank_named(summary, truth, rank, cause, tolerance, figure)
     except AssertionError as exc:
-        second = unplanned_straggler(run, summary, rank)
+        second = unplanned_straggler(run, summary, rank, traces)
         if second is None:
             raise
         figure = f"{exc}; flag checks not applicable: {second}; flagged {[(s['rank'], s['cost_ms_per_step']) for s in strag]}"

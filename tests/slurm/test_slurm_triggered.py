@@ -43,5 +43,5 @@ def test_a_rank_turning_slow_on_node_n2_is_captured_and_named(slurm_cluster, tmp
     summary = analyze(run.root, out=tmp_path / "a", workers=2, progress=False)
     assert [c["index"] for c in summary["captures"]] == [0, 1]
     capture_summary = json.loads((tmp_path / "a" / summary["captures"][1]["report"]).with_name("summary.json").read_text())
-    figure = assert_straggler_drill_verdict(capture_summary, truth, rank=1, run=run.root)
+    figure = assert_straggler_drill_verdict(capture_summary, truth, rank=1, run=run.root, traces=run.root / capture["folder"])
     print(f"SLURM triggered capture: {figure}")
