@@ -9,6 +9,7 @@ built as run directories the way the launcher and the ranks leave them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -70,14 +71,37 @@ def test_crashed_run_is_labelled_failed_with_the_rank_and_no_cut_off_step(tmp_pa
     assert "failed" in line and "rank 0" in line and "partial analysis" in line, line
 
 
+@contextlib.contextmanager
+def _paused(proc: subprocess.Popen):
+    """The job (the launcher and every process under it) stopped with SIGSTOP while the body runs, then
+    continued: the analysis then reads a job that is alive (its processes exist, its step files are
+    fresh) at a known point, however long its own start-up takes on a loaded machine. The ranks'
+    collectives wait far longer than the pause (demo-local.toml: pg_timeout_s 120) and the ranks'
+    lifeline counts a stopped launcher as alive (only a zombie or a gone pid is dead)."""
+    import psutil
+
+    root = psutil.Process(proc.pid)
+    procs = [root, *root.children(recursive=True)]
+    for p in procs:  # parents first: none starts a process that escapes the list
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.suspend()
+    try:
+        yield
+    finally:
+        for p in reversed(procs):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.resume()
+
+
 def test_job_analysed_while_it_is_still_stepping(tmp_path):
     """Before the first trace: a one-line answer that the job is running. After it: a partial
     analysis labelled as such. The job is left to finish (no orphans).
 
-    The first trace comes at step 40 (about 4 s of ~0.1 s steps after the first step record), so
-    the analysis started at the first step record reads the run state before any rank has exported
-    a trace even when the machine is loaded (with 12 steps, analyze's start-up under the full suite
-    once read the state after rank 1's trace: 17 steps done)."""
+    Each analysis runs while the job is paused (`_paused`): at its first step record, before any
+    trace (the first trace comes at step 40), and once rank 1's trace is written, before the job's
+    last step. (Analyses of the job while it ran on, with the trace at step 12 and then 40, read the
+    state too late when the full suite or other processes loaded the machine: 17 steps done, or the
+    job finished.)"""
     runs = tmp_path
     run = runs / "live"
     proc = subprocess.Popen(
@@ -92,18 +116,20 @@ def test_job_analysed_while_it_is_still_stepping(tmp_path):
 
         deadline = time.time() + 300
         while steps_done() < 1 and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        assert steps_done() >= 1 and not any((run / "traces").glob("*.pt.trace.json*")), \
-            "the job should be stepping, before its first trace"
-        before = _analyze(run)
+            time.sleep(0.05)
+        with _paused(proc):
+            assert steps_done() >= 1 and not any((run / "traces").glob("*.pt.trace.json*")), \
+                "the job should be stepping, before its first trace"
+            before = _analyze(run)
         assert before.returncode == 2, before.stdout + before.stderr
         msg = before.stderr.strip()
         assert len(msg.splitlines()) == 1 and "running" in msg and "no trace yet" in msg, msg
 
         while not (run / "traces" / "rank-1.pt.trace.json.gz").exists() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        assert proc.poll() is None, "the job finished before it could be analysed while running"
-        during = _analyze(run)
+            time.sleep(0.05)
+        with _paused(proc):
+            assert proc.poll() is None, "the job finished before it could be analysed while running"
+            during = _analyze(run)
         assert during.returncode == 0, during.stdout + during.stderr
         first = during.stdout.splitlines()[0]
         assert "running" in first and "partial" in first, first
