@@ -11,7 +11,13 @@ RSS of the process tree, of its parent process and of its largest child), measur
    --out with the first run's parse cache (cache+reduce); checks that the per-rank numbers
    (temporal breakdown, overlap, kernel-type totals) are equal;
 2. one rank of `--big-mb` MB of JSON: hpcprof fresh, and HTA under its limits;
-3. `--scale-ranks` (64, 256) ranks: hpcprof fresh, and HTA under its limits.
+3. `--scale-ranks` (64, 256) ranks: hpcprof fresh, and HTA under its limits; with
+   `--slurm-partition P` (a SLURM cluster reachable: SLURM_CONF set, e.g. the local one of
+   tools/localslurm.py) also ``--executor slurm``: the per-rank map as a job array of
+   `--array-chunk` ranks per task, at most `--array-parallelism` tasks at once; its wall, the
+   submitting command's tree, the array tasks (they run under slurmd, not under the command: every
+   process whose command line runs submitit's task entry point is sampled, every 0.25 s) and both
+   together, and whether its summary equals the local run's (SLURM_SAME_KEYS).
 
 HTA runs under `--hta-timeout` seconds and `--hta-max-rss-gb` of tree RSS (the machine is shared):
 where it stops, the table says at which limit, after how long and at what memory. Every figure is
@@ -26,6 +32,7 @@ unique; distributedInfo.rank/world_size are set to r/N. K is chosen so one rank 
     .venv/bin/python benchmarks/analysis_scale.py [--ranks 8,16,32] [--repeats 3] [--repeat-ranks 16]
         [--big-mb 1000] [--scale-ranks 64,256] [--hta-timeout 900] [--hta-max-rss-gb 14]
         [--mb-per-rank 20] [--workers N] [--scratch DIR] [--keep]
+        [--slurm-partition P [--array-chunk 16] [--array-parallelism N]]
 """
 
 from __future__ import annotations
@@ -182,7 +189,22 @@ def compare(hta: dict, summary: dict) -> tuple[bool, float]:
     return worst <= 1e-6, worst
 
 
-# ------------------------------------------------------------------------------------ main
+# summary.json keys that must be equal whichever executor ran the map (tests/slurm/test_analysis_array.py)
+SLURM_SAME_KEYS = ("world_size", "ranks_analyzed", "device", "warnings", "per_rank", "kernel_breakdown",
+                   "stragglers", "recommendations", "step_time", "clock_offsets_us", "collectives_matched")
+SLURM_TASK = "submitit.core._submit"  # what every submitit array task runs
+
+
+def _slurm(py: str, d: Path, out: Path, local: dict, a) -> dict:
+    """The map of set `d` as a SLURM job array; the measure() figures plus `equal` (against `local`)."""
+    shutil.rmtree(out, ignore_errors=True)
+    extra = ["--no-cache", "--executor", "slurm", "--slurm-partition", a.slurm_partition, "--array-chunk", str(a.array_chunk),
+             "--array-parallelism", str(a.array_parallelism or os.cpu_count() or 1)]
+    f = measure(_ours(py, d, out, None, extra), out.with_name(out.name + ".log"), interval=0.25, check=False, extra=SLURM_TASK)
+    summ = json.loads((out / "summary.json").read_text()) if f["outcome"] == "ok" else {}
+    f["equal"] = bool(summ) and bool(local) and all(summ.get(k) == local.get(k) for k in SLURM_SAME_KEYS)
+    f["events"] = (summ.get("timeline") or {}).get("events")
+    return f
 
 
 # ------------------------------------------------------------------------------------ main
@@ -258,6 +280,9 @@ def main(argv=None) -> int:
     ap.add_argument("--scratch", default=None, help="folder for the trace sets and outputs (default: a new one under /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (trace sets are reused by the next run with --scratch)")
     ap.add_argument("--no-hta", action="store_true", help="skip HTA on the 1 GB rank and the --scale-ranks sets (hpcprof only)")
+    ap.add_argument("--slurm-partition", default=None, help="also analyse the --scale-ranks sets with --executor slurm on this partition")
+    ap.add_argument("--array-chunk", type=int, default=16, help="with --slurm-partition: ranks per array task (default 16)")
+    ap.add_argument("--array-parallelism", type=int, default=None, help="with --slurm-partition: tasks at once (default: this machine's cores)")
     a = ap.parse_args(argv)
     ranks = [int(x) for x in a.ranks.split(",") if x.strip()]
     rep_ranks = {int(x) for x in a.repeat_ranks.split(",") if x.strip()}
@@ -300,10 +325,17 @@ def main(argv=None) -> int:
         summ = json.loads((out / "summary.json").read_text()) if f["outcome"] == "ok" else {}
         h, hta = _hta(py, d, scratch, str(n), a)
         eq = compare(hta, summ) if hta else None
-        scale_rows.append({"n": n, "mb": mb, "fresh": f, "hta": h, "equal": eq, "events": (summ.get("timeline") or {}).get("events")})
+        sl = _slurm(py, d, scratch / f"out{n}-slurm", summ, a) if a.slurm_partition else None
+        scale_rows.append({"n": n, "mb": mb, "fresh": f, "hta": h, "equal": eq, "events": (summ.get("timeline") or {}).get("events"),
+                           "slurm": sl})
         print(f"{n} ranks x {mb:.1f} MB ({n * mb / 1e3:.1f} GB of JSON): hpcprof fresh ({f['outcome']}) {f['wall_s']:.1f} s, tree {f['peak_rss_mb']:.0f} MB, "
               f"parent {f['parent_mb']:.0f} MB, largest worker {f['worker_mb']:.0f} MB (load1 {f['load1']:.1f}); HTA {_hta_outcome(h)} "
               f"(load1 {h['load1']:.1f}); numbers equal: {eq[0] if eq else ('HTA not run' if a.no_hta else 'HTA did not finish')}", flush=True)
+        if sl:
+            print(f"{n} ranks, SLURM array ({a.array_chunk} ranks per task, partition {a.slurm_partition}): {sl['outcome']} {sl['wall_s']:.1f} s, "
+                  f"submitting tree {sl['peak_rss_mb']:.0f} MB (parent {sl['parent_mb']:.0f} MB), array tasks {sl['extra_mb']:.0f} MB at once "
+                  f"(largest {sl['extra_max_mb']:.0f} MB), all together {sl['all_mb']:.0f} MB; summary equal to the local run's: "
+                  f"{'yes' if sl['equal'] else 'NO'} (load1 {sl['load1']:.1f})", flush=True)
 
     # ------------------------------------------------------------------ tables
     print("\n| ranks | MB/rank | runs | HTA s | hpcprof fresh s | cached s | cache+reduce s | fresh/HTA | cached/HTA | tree RSS HTA MB | "
@@ -331,6 +363,15 @@ def main(argv=None) -> int:
             print(f"| {r['n']} | {r['n'] * r['mb'] / 1e3:.1f} | {f['wall_s']:.1f} | {f['peak_rss_mb']:.0f} | {f['parent_mb']:.0f} | "
                   f"{f['worker_mb']:.0f} | {r['events']} | {_hta_outcome(h)} | {('yes' if r['equal'][0] else 'NO') if r['equal'] else '-'} | "
                   f"{max(f['load1'], h['load1']):.1f} |")
+    slurm_rows = [r for r in scale_rows if r["slurm"]]
+    if slurm_rows:
+        print("\n| ranks | SLURM array: wall s | ranks per task | submitting tree MB | parent MB | array tasks at once MB | "
+              "largest task MB | all together MB | summary = local | load1 |")
+        print("|" + "---|" * 10)
+        for r in slurm_rows:
+            sl = r["slurm"]
+            print(f"| {r['n']} | {sl['wall_s']:.1f} | {a.array_chunk} | {sl['peak_rss_mb']:.0f} | {sl['parent_mb']:.0f} | {sl['extra_mb']:.0f} | "
+                  f"{sl['extra_max_mb']:.0f} | {sl['all_mb']:.0f} | {'yes' if sl['equal'] else 'NO'} | {sl['load1']:.1f} |")
     parents = [(r["n"], r["fresh_parent_mb"]) for r in rows] + [(r["n"], r["fresh"]["parent_mb"]) for r in scale_rows]
     print("\nparent peak RSS by ranks: " + ", ".join(f"{n}: {mb:.0f} MB" for n, mb in sorted(parents)))
 
@@ -354,6 +395,11 @@ def main(argv=None) -> int:
             f = r["fresh"]
             print(f"  256 ranks within 5 min and under 1.5 GB: {f['wall_s']:.0f} s, {f['peak_rss_mb']:.0f} MB -> "
                   f"{verdict(f['wall_s'] <= 300 and f['peak_rss_mb'] < 1536)}; HTA: {_hta_outcome(r['hta'])}")
+            if r["slurm"]:
+                sl = r["slurm"]
+                print(f"  256 ranks through the SLURM array: {sl['wall_s']:.0f} s, {sl['all_mb']:.0f} MB with the array tasks, "
+                      f"summary equal to the local run's: {'yes' if sl['equal'] else 'NO'} -> "
+                      f"{verdict(sl['outcome'] == 'ok' and sl['equal'] and sl['wall_s'] <= 300 and sl['all_mb'] < 1536)}")
     if not a.keep:
         shutil.rmtree(scratch, ignore_errors=True)
     else:
