@@ -19,6 +19,11 @@ RSS of the process tree, of its parent process and of its largest child), measur
    process whose command line runs submitit's task entry point is sampled, every 0.25 s) and both
    together, and whether its summary equals the local run's (SLURM_SAME_KEYS).
 
+Walls come from timing runs with nothing sampled (measure.time_only: HTA, fresh and cached, one
+after the other in each repeat); memory, the numbers' equality and cache+reduce from the same
+commands run again under the sampler (measure.measure), whose own CPU on 2 cores lengthened a
+sampled hpcprof run by about 9%: both walls are printed.
+
 HTA runs under `--hta-timeout` seconds and `--hta-max-rss-gb` of tree RSS (the machine is shared):
 where it stops, the table says at which limit, after how long and at what memory. Every figure is
 printed with load1 (the 1-minute load average when its command started). Nothing is asserted.
@@ -51,7 +56,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import measure  # noqa: E402
+from measure import measure, time_only  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # the DLRM traces the repository carries (tests/data/README.md); a collection beside the checkout as a fallback
@@ -236,10 +241,17 @@ def _hta(py: str, d: Path, scratch: Path, tag: str, a) -> tuple[dict, dict | Non
 
 def _row_sizes(n: int, d: Path, mb: float, a, py: str, scratch: Path, repeats: int) -> dict:
     """Table 1: HTA, fresh, cached and cache+reduce on one set, `repeats` times (medians)."""
-    out = scratch / f"out{n}"
-    res: dict[str, list[dict]] = {"hta": [], "fresh": [], "cached": [], "reduce": []}
+    out, out_t = scratch / f"out{n}", scratch / f"out{n}-timing"
+    res: dict[str, list[dict]] = {"hta": [], "fresh": [], "cached": [], "reduce": [], "hta_t": [], "fresh_t": [], "cached_t": []}
     all_equal = True
     for rep in range(repeats):
+        # the walls: HTA, fresh and cached with nothing sampled (measure.time_only), one after the other
+        res["hta_t"].append(time_only([py, "-c", HTA_SCRIPT, str(d), str(scratch / f"hta{n}-timing.json")],
+                                      scratch / f"hta{n}-timing.log", timeout_s=a.hta_timeout, check=False))
+        shutil.rmtree(out_t, ignore_errors=True)
+        res["fresh_t"].append(time_only(_ours(py, d, out_t, a.workers, ["--no-cache"]), scratch / f"fresh{n}-timing.log"))
+        res["cached_t"].append(time_only(_ours(py, d, out_t, a.workers), scratch / f"cached{n}-timing.log"))
+        # the memory (and the numbers): the same commands sampled (measure)
         h, hta = _hta(py, d, scratch, str(n), a)
         res["hta"].append(h)
         shutil.rmtree(out, ignore_errors=True)
@@ -252,18 +264,31 @@ def _row_sizes(n: int, d: Path, mb: float, a, py: str, scratch: Path, repeats: i
         eq = [compare(hta, json.loads((o / "summary.json").read_text())) if hta else (False, math.inf) for o in (out, out, out_r)]
         all_equal = all_equal and all(e for e, _ in eq)
         f, c, r = res["fresh"][-1], res["cached"][-1], res["reduce"][-1]
-        print(f"{n} ranks, run {rep + 1}: HTA {_hta_outcome(h)} (load1 {h['load1']:.1f}); fresh {f['wall_s']:.1f} s, tree {f['peak_rss_mb']:.0f} MB, "
+        ht, ft, ct = res["hta_t"][-1], res["fresh_t"][-1], res["cached_t"][-1]
+        print(f"{n} ranks, run {rep + 1}: timing runs: HTA {ht['outcome']} {ht['wall_s']:.1f} s (load1 {ht['load1']:.1f}), fresh {ft['wall_s']:.1f} s, "
+              f"cached {ct['wall_s']:.2f} s, fresh/HTA {ft['wall_s'] / ht['wall_s']:.3f}; sampled runs: HTA {_hta_outcome(h)} (load1 {h['load1']:.1f}); "
+              f"fresh {f['wall_s']:.1f} s, tree {f['peak_rss_mb']:.0f} MB, "
               f"parent {f['parent_mb']:.0f} MB, largest worker {f['worker_mb']:.0f} MB (load1 {f['load1']:.1f}); cached {c['wall_s']:.2f} s "
-              f"(load1 {c['load1']:.1f}); cache+reduce {r['wall_s']:.1f} s (load1 {r['load1']:.1f}); fresh/HTA {f['wall_s'] / h['wall_s']:.3f}; "
+              f"(load1 {c['load1']:.1f}); cache+reduce {r['wall_s']:.1f} s (load1 {r['load1']:.1f}); sampled fresh/HTA {f['wall_s'] / h['wall_s']:.3f}; "
               f"numbers equal: {all(e for e, _ in eq)} (max diff {max(x for _, x in eq):.2g}); timeline events "
               f"{(fresh.get('timeline') or {}).get('events')}", flush=True)
 
     def med(key, field):
         return statistics.median(x[field] for x in res[key])
 
-    return {"n": n, "mb": mb, "equal": all_equal, "repeats": repeats, "load": max(x["load1"] for k in res for x in res[k]),
-            **{f"{k}_{f}": med(k, f) for k in res for f in ("wall_s", "peak_rss_mb", "peak_pss_mb", "parent_mb", "worker_mb")},
-            "fresh_ratios": [f["wall_s"] / h["wall_s"] for f, h in zip(res["fresh"], res["hta"])]}
+    row = {"n": n, "mb": mb, "equal": all_equal, "repeats": repeats, "load": max(x["load1"] for k in res for x in res[k]),
+           **{f"{k}_{f}": med(k, f) for k in ("hta", "fresh", "cached", "reduce")
+              for f in ("wall_s", "peak_rss_mb", "peak_pss_mb", "parent_mb", "worker_mb")}}
+    # walls (and their ratios) from the timing runs; the sampled runs' walls kept beside them
+    timed = all(x["outcome"] == "ok" for x in res["hta_t"])
+    for k in ("hta", "fresh", "cached"):
+        row[f"{k}_sampled_wall_s"] = row[f"{k}_wall_s"]
+        if timed:
+            row[f"{k}_wall_s"] = med(f"{k}_t", "wall_s")
+    pairs = zip(res["fresh_t"], res["hta_t"]) if timed else zip(res["fresh"], res["hta"])
+    row["fresh_ratios"] = [f["wall_s"] / h["wall_s"] for f, h in pairs]
+    row["walls_from"] = "timing runs (nothing sampled)" if timed else "sampled runs (an HTA timing run did not finish)"
+    return row
 
 
 def main(argv=None) -> int:
@@ -348,8 +373,9 @@ def main(argv=None) -> int:
               f"{r['fresh_parent_mb']:.0f} | {r['fresh_worker_mb']:.0f} | {r['fresh_parent_mb'] / r['hta_peak_rss_mb']:.3f} | "
               f"{r['fresh_worker_mb'] / r['hta_peak_rss_mb']:.3f} | {'yes' if r['equal'] else 'NO'} | {r['load']:.1f} |")
     for r in rows:
-        if r["repeats"] > 1:
-            print(f"({r['n']} ranks, fresh/HTA per run: {', '.join(f'{x:.3f}' for x in r['fresh_ratios'])})")
+        print(f"({r['n']} ranks: walls from {r['walls_from']}; fresh/HTA per run: {', '.join(f'{x:.3f}' for x in r['fresh_ratios'])}; "
+              f"the sampled runs' medians: HTA {r['hta_sampled_wall_s']:.1f} s, fresh {r['fresh_sampled_wall_s']:.1f} s "
+              f"({r['fresh_sampled_wall_s'] / r['hta_sampled_wall_s']:.3f}), cached {r['cached_sampled_wall_s']:.2f} s)")
     if big_row:
         f, h = big_row["fresh"], big_row["hta"]
         print(f"\n| one rank, MB of JSON | hpcprof fresh s | tree peak MB | peak / JSON size | HTA | load1 |\n|---|---|---|---|---|---|\n"
