@@ -96,7 +96,7 @@ def test_the_captures_analysis_names_rank1_with_host_gap_and_its_in_run_cost(tri
     assert vs["metric"] == "step_ms" and vs["ci_pct"][0] <= vs["change_pct"] <= vs["ci_pct"][1], vs
     summary = json.loads((tmp_path / "a" / entry["report"]).with_name("summary.json").read_text())
     # rank 1 named first with cause host_gap, its cost against the truth; the flag checks give way only
-    # to a second straggler the capture's own traces show (a CI run named rank 0 first: a core slowed)
+    # to a second straggler the capture's own traces show (a CI run named rank 0 first, cause unknown)
     figure = assert_straggler_drill_verdict(summary, truth, rank=1, run=run.root, traces=run.root / capture["folder"])
     print(f"triggered capture: {figure}; step time {entry['vs_baseline']['change_pct']:+.1f}% vs the baseline")
     report = (tmp_path / "a" / "report.html").read_text()
