@@ -19,8 +19,8 @@ RSS of the process tree, of its parent process and of its largest child), measur
    process whose command line runs submitit's task entry point is sampled, every 0.25 s) and both
    together, and whether its summary equals the local run's (SLURM_SAME_KEYS).
 
-Walls come from timing runs with nothing sampled (measure.time_only: HTA, fresh and cached, one
-after the other in each repeat); memory, the numbers' equality and cache+reduce from the same
+Walls come from timing runs with nothing sampled (measure.time_only: HTA where its sampled run
+finished under the memory limit, fresh and cached, one after the other in each repeat); memory, the numbers' equality and cache+reduce from the same
 commands run again under the sampler (measure.measure), whose own CPU on 2 cores lengthened a
 sampled hpcprof run by about 9%: both walls are printed.
 
@@ -245,15 +245,18 @@ def _row_sizes(n: int, d: Path, mb: float, a, py: str, scratch: Path, repeats: i
     res: dict[str, list[dict]] = {"hta": [], "fresh": [], "cached": [], "reduce": [], "hta_t": [], "fresh_t": [], "cached_t": []}
     all_equal = True
     for rep in range(repeats):
-        # the walls: HTA, fresh and cached with nothing sampled (measure.time_only), one after the other
+        # the memory (and the numbers): HTA under its limits, sampled (measure) ...
+        h, hta = _hta(py, d, scratch, str(n), a)
+        res["hta"].append(h)
+        # ... then the walls: HTA (only where it finished under its memory limit: a timing run has
+        # none), fresh and cached with nothing sampled (measure.time_only), one after the other
         res["hta_t"].append(time_only([py, "-c", HTA_SCRIPT, str(d), str(scratch / f"hta{n}-timing.json")],
-                                      scratch / f"hta{n}-timing.log", timeout_s=a.hta_timeout, check=False))
+                                      scratch / f"hta{n}-timing.log", timeout_s=a.hta_timeout, check=False)
+                            if h["outcome"] == "ok" else {"wall_s": math.nan, "load1": 0.0, "outcome": "not run (HTA stopped)"})
         shutil.rmtree(out_t, ignore_errors=True)
         res["fresh_t"].append(time_only(_ours(py, d, out_t, a.workers, ["--no-cache"]), scratch / f"fresh{n}-timing.log"))
         res["cached_t"].append(time_only(_ours(py, d, out_t, a.workers), scratch / f"cached{n}-timing.log"))
-        # the memory (and the numbers): the same commands sampled (measure)
-        h, hta = _hta(py, d, scratch, str(n), a)
-        res["hta"].append(h)
+        # ... and hpcprof sampled
         shutil.rmtree(out, ignore_errors=True)
         res["fresh"].append(measure(_ours(py, d, out, a.workers, ["--no-cache"]), scratch / f"fresh{n}.log"))
         fresh = json.loads((out / "summary.json").read_text())
