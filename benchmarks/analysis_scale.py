@@ -20,9 +20,10 @@ RSS of the process tree, of its parent process and of its largest child), measur
    together, and whether its summary equals the local run's (SLURM_SAME_KEYS).
 
 Walls come from timing runs with nothing sampled (measure.time_only: HTA where its sampled run
-finished under the memory limit, fresh and cached, one after the other in each repeat); memory, the numbers' equality and cache+reduce from the same
-commands run again under the sampler (measure.measure), whose own CPU on 2 cores lengthened a
-sampled hpcprof run by about 9%: both walls are printed.
+finished under the memory limit, fresh and cached, one after the other in each repeat); memory,
+the numbers' equality and cache+reduce from the same commands run under the sampler
+(measure.measure), whose own CPU on 2 cores lengthened a sampled hpcprof run by about 9%: both
+walls are printed.
 
 HTA runs under `--hta-timeout` seconds and `--hta-max-rss-gb` of tree RSS (the machine is shared):
 where it stops, the table says at which limit, after how long and at what memory. Every figure is
