@@ -40,3 +40,12 @@ class RankResult:
     @property
     def rank(self) -> int:
         return self.meta["rank"]
+
+
+def read_table(path: str, columns: list[str] | None = None):
+    """One of a rank's Parquet tables (`RankResult.tables`) as a pandas frame: pd.read_parquet's
+    frame, read through pyarrow's ParquetFile (half the CPU of pandas' reader, which goes through
+    the datasets layer: the reduce reads ~160 small tables at 16 ranks)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).read(columns=columns).to_pandas()

@@ -13,7 +13,7 @@ from statistics import median
 from typing import Iterable
 
 from ...rundir import TRACE_TEMPLATE
-from .result import RankResult
+from .result import RankResult, read_table
 
 
 def select_ranks(results: list[RankResult], manifest: dict, ranks: Iterable[int] | None,
@@ -64,13 +64,11 @@ def select_ranks(results: list[RankResult], manifest: dict, ranks: Iterable[int]
 
 def _start_us(r: RankResult) -> float | None:
     """When the trace's first profiled step (else its first busy interval) starts, on its clock."""
-    import pandas as pd
-
     for table, col in (("steps", "ts_us"), ("busy", "start_us")):
         p = r.tables.get(table)
         if p:
             try:
-                v = pd.read_parquet(p, columns=[col])[col]
+                v = read_table(p, columns=[col])[col]
             except Exception:
                 continue
             if len(v):

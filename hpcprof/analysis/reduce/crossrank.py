@@ -14,7 +14,7 @@ import pandas as pd
 
 from ...rundir import RunDir
 from ...rundir.state import run_state
-from ..ranks.result import RankResult
+from ..ranks.result import RankResult, read_table
 from . import whatif
 from .communication import comm_share_pct, communication, ours_kernel_types
 from .critical_path import CriticalPath, critical_paths
@@ -66,21 +66,13 @@ class Reduced:
     """The cross-rank critical path of each profiled step (reduce.critical_path)."""
 
 
-def read_frame(path: str) -> pd.DataFrame:
-    """One Parquet table of the parse cache as a frame: pd.read_parquet's frame, read through
-    pyarrow's ParquetFile (half the CPU of pandas' reader: ~160 small tables at 16 ranks)."""
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(path).read().to_pandas()
-
-
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
     """One of the map's per-rank tables (ranks.mapper.TABLES) for every rank, with a rank column."""
     frames = []
     for r, v in keep.items():
         p = v.tables.get(name)
         if p:
-            df = read_frame(p)
+            df = read_table(p)
             df["rank"] = r
             frames.append(df)
     frames = [f for f in frames if not f.empty]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..ranks.operators import launch_summary
-from .crossrank import read_frame
+from ..ranks.result import read_table
 
 SHORT_SHARE = 0.5
 HOST_WAIT_PCT = 10.0
@@ -29,7 +29,7 @@ def gather(tables: dict[int, str | None]) -> pd.DataFrame:
     frames = []
     for r, p in sorted(tables.items()):
         if p:
-            df = read_frame(p)
+            df = read_table(p)
             if not df.empty:
                 frames.append(df.assign(rank=r))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -46,7 +46,7 @@ class RankParts:
     def frames(self):
         """Each non-empty rank's rows, with its `rank` column, in rank order."""
         for r, p in self.parts.items():
-            df = read_frame(p)
+            df = read_table(p)
             if not df.empty:
                 yield df.assign(rank=r)
 
