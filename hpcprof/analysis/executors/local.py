@@ -136,10 +136,8 @@ def _map_pool(files: list[Path], cache_dir: Path, use_cache: bool, workers: int,
             with cond:
                 results.append(res)
                 bar.update()
-        with cond:  # the workers' last ranks (a rank a broken pool gave back is taken above)
-            while running[0] or todo:
-                if todo:
-                    break
+        with cond:  # the workers' last ranks, unless a broken pool gave ranks back
+            while running[0] and not todo:
                 cond.wait(0.5)
         if todo:  # the pool broke while the parent was busy: the parent analyses what is left
             _map_pool(list(todo), cache_dir, use_cache, 1, digests, results, bar)

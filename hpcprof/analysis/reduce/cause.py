@@ -48,7 +48,7 @@ class ClockIndex:
         codes, uniq = pd.factorize(m["key"])  # a missing key: -1
         self.codes = codes
         self.code_of = {k: i for i, k in enumerate(uniq)}
-        self.rank = m["rank"].to_numpy()
+        self.rank = m["rank"].to_numpy(np.int64)
         arr_cols, end_cols = _cum_columns(m, "arrival"), _cum_columns(m, "end")
         have = set(arr_cols + end_cols) <= set(m.columns)
         self.arr = m[arr_cols].to_numpy(float) if have else None
@@ -77,11 +77,12 @@ def cause_clock(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, index
         if c is not None:
             col_of[c] = j
     kk = col_of[ix.codes]
-    ranks = np.asarray([int(r) for r in g.ranks])
-    order = np.argsort(ranks, kind="stable")
-    pos = np.minimum(np.searchsorted(ranks[order], ix.rank), max(len(ranks) - 1, 0))
-    rr = order[pos] if len(ranks) else np.zeros(len(ix.rank), dtype=int)
-    sel = (kk >= 0) & (ranks[rr] == ix.rank) if len(ranks) else np.zeros(len(ix.rank), dtype=bool)
+    # a rank's row in g, -1: not in g (ranks are numbered from 0)
+    ranks = np.asarray([int(r) for r in g.ranks], dtype=np.int64)
+    row_of = np.full(int(max(ix.rank.max(initial=-1), ranks.max(initial=-1))) + 1, -1)
+    row_of[ranks] = np.arange(len(ranks))
+    rr = row_of[ix.rank]
+    sel = (kk >= 0) & (rr >= 0)
     ca[rr[sel], kk[sel]] = ix.arr[sel]
     ce[rr[sel], kk[sel]] = ix.end[sel]
     stp = steps[steps["step"] == g.step].drop_duplicates("rank").set_index("rank")
