@@ -215,6 +215,9 @@ def _all_kernels(gpu: pd.DataFrame, rank: int) -> pd.DataFrame:
     g = gpu.groupby("kernel_name")["dur"]
     agg = g.agg(["count", "sum", "max", "min", "mean", "std"]).reset_index().rename(columns={"kernel_name": "name"})
     agg = agg.fillna({"std": 0.0})
-    agg["kernel_type"] = agg["name"].map(dict(zip(gpu["kernel_name"], gpu["kernel_type"])))
+    # the type of each name (a function of the name: gpu_events), from one row per name, not a dict
+    # built over every kernel (a Python object per kernel: 7 ms of a 20 MB rank)
+    one = gpu[["kernel_name", "kernel_type"]].drop_duplicates("kernel_name", keep="last")
+    agg["kernel_type"] = agg["name"].map(dict(zip(one["kernel_name"], one["kernel_type"])))
     agg["rank"] = rank
     return agg.sort_values("sum", ascending=False, ignore_index=True)
