@@ -39,7 +39,6 @@ def _intern(seen: dict, v):
     return v
 
 
-_NONE = {type(None)}
 _BY_VALUE = frozenset((str, int, type(None)))
 _BY_VALUE_OR_FLOAT = frozenset((str, type(None), float))
 
@@ -59,6 +58,8 @@ class _Columns:
         ints, the exact values or None) when every value is a number (the exact ones kept where an
         int is beyond float precision); else an object array, one object per distinct value."""
         n = len(values)
+        if n and values[0] is None and values.count(None) == n:  # an arg no event of the block has (most of ours): no type scan
+            return np.full(n, None, dtype=object)
         types = set(map(type, values))
         kind = number_kind(values, types)
         if kind == "int":
@@ -71,8 +72,6 @@ class _Columns:
             f = np.array(values, dtype=np.float64)
             exact = np.fromiter(values, dtype=object, count=n) if isint.any() and np.abs(f[isint]).max() > 2 ** 53 else None
             return ("num", f, isint, exact)
-        if types == _NONE:  # an arg no event of the block has
-            return np.full(n, None, dtype=object)
         seen = self.interned.setdefault(name, {})
         if types <= _BY_VALUE or (types <= _BY_VALUE_OR_FLOAT and values.count(NAN) == list(map(type, values)).count(float)):
             # texts, ints and None (and NaN, the missing key's value: one object): equal values of

@@ -247,7 +247,7 @@ def split_table(raw: bytes | list, block: int = SPLIT_BLOCK) -> tuple[dict, pd.D
         at, tries = start + block, 0
         while True:
             cut = _next_cut(raw, at, end)
-            chunk = b"[" + raw[start:cut] + b"]"
+            chunk = b"".join((b"[", memoryview(raw)[start:cut], b"]"))  # one copy of the block, not three
             try:
                 try:
                     events, sk = _EVENTS.decode(chunk), 0
