@@ -208,3 +208,20 @@ def test_a_rank_whose_piece_fails_is_analysed_and_left_off_the_timeline(tmp_path
     hit = [w for w in s["warnings"] if "not on the merged timeline (ValueError: broken piece)" in w]
     assert len(hit) == 1 and hit[0].split(": ")[0] in names
     assert len(s["timeline"]["ranks"]) == 7 and len(s["timeline"]["ranks_without_steps"]) == 1
+
+
+def test_correlation_lookup_is_numpys_isin():
+    """The selection's correlation-id lookup (timeline_piece.is_in) answers as np.isin does, NaN,
+    -1, duplicates and ids beyond either end included."""
+    import numpy as np
+
+    from hpcprof.analysis.ranks.timeline_piece import is_in
+
+    rng = np.random.default_rng(7)
+    for n, m in ((0, 5), (5, 0), (1, 1), (2000, 300), (300, 2000)):
+        values = rng.integers(-3, 400, n).astype(float)
+        of = rng.integers(-3, 400, m).astype(float)
+        values[rng.random(n) < 0.05] = np.nan
+        of[rng.random(m) < 0.05] = np.nan
+        for o in (of, of[~np.isnan(of)].astype(np.int64)):  # floats with NaN; ints (the flows' ids)
+            assert (is_in(values, o) == np.isin(values, o)).all()

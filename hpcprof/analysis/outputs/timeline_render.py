@@ -18,6 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..ranks.timeline_piece import is_in
+
 ANNOT_TID = 0
 GPU_TID_BASE = 1_000_000
 COLUMNS = ["is_x", "cat_json", "name_json", "ts", "dur", "pid", "tid", "dev", "gpu", "runtime", "corr", "kind"]
@@ -59,7 +61,7 @@ def select_events(piece: pa.Table, lo: float, hi: float) -> pa.Table:
     inside = (ts >= lo) & (ts < hi)
     host = is_x & ~gpu & (ts < hi) & (ts + dur > lo)
     launched = corr[host & col(piece, "runtime") & (corr >= 0)]
-    gpu_keep = is_x & gpu & ((np.isin(corr, launched) & (corr >= 0)) | inside)
+    gpu_keep = is_x & gpu & ((is_in(corr, launched) & (corr >= 0)) | inside)
     inst = ~is_x & inside
     return piece.filter(pa.array(host | gpu_keep | inst))
 
@@ -139,7 +141,7 @@ def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarr
     order = np.arange(rt_corr.size)
     last = pd.Series(order, index=rt_corr).groupby(level=0).last()
     on_gpu_thread = tids > GPU_TID_BASE  # a device stream of this rank (threads: GPU ids above the base)
-    cand = (corr >= 0) & on_gpu_thread & np.isin(corr, rt_corr)
+    cand = (corr >= 0) & on_gpu_thread & is_in(corr, rt_corr)
     if not cand.any():
         return b"", 0
     c = corr[cand].astype(np.int64)

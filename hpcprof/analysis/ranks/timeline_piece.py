@@ -37,6 +37,16 @@ SHORT_OP_US = 10.0
 """CPU operators shorter than this are the kind "short_cpu_ops" (dropped before longer ones)."""
 
 
+def is_in(values: np.ndarray, of: np.ndarray) -> np.ndarray:
+    """np.isin(values, of) for the correlation ids of the timeline (floats; NaN matches nothing):
+    each value looked up in the sorted distinct `of` (searchsorted), not both arrays sorted together
+    (np.isin: 3.0 -> 0.44 ms on a 64,000-event piece; the parent does it twice per rank)."""
+    u = np.unique(of)
+    if not u.size:
+        return np.zeros(np.shape(values), dtype=bool)
+    return u[np.searchsorted(u, values).clip(0, u.size - 1)] == values
+
+
 def _num(col: pd.Series) -> np.ndarray:
     if col.dtype.kind in "if":
         return col.to_numpy(dtype=float)
@@ -95,7 +105,7 @@ def timeline_piece(ev: pd.DataFrame) -> tuple[pa.Table | None, dict]:
     host_x = is_x & ~is_gpu & (ts < hi) & (end > lo)
     launched = corr[host_x & is_rt & (corr >= 0)]
     gpu_x = is_x & is_gpu
-    gpu_keep = gpu_x & ((np.isin(corr, launched) & (corr >= 0)) | ((ts >= lo) & (ts < hi)))
+    gpu_keep = gpu_x & ((is_in(corr, launched) & (corr >= 0)) | ((ts >= lo) & (ts < hi)))
     inst = ph_i & np.isfinite(ts) & (ts >= lo) & (ts < hi) & is_str
     idx = np.flatnonzero(host_x | gpu_keep | inst)
     nc, cc, d, px, pi = name_c[idx], cat_c[idx], dur[idx], ph_x[idx], ph_i[idx]
