@@ -68,7 +68,17 @@ def iter_fields() -> Iterator[tuple[str, Any, str]]:
             yield f"{section}.{f.name}", getattr(getattr(defaults, section), f.name), docs.get(f.name, "")
 
 
-_FIELD_OF_FLAG = {flag_of(dotted): dotted for dotted, _default, _doc in iter_fields()}
+def _dotted_names() -> Iterator[str]:
+    """The dotted name of every spec field, in schema order (iter_fields without the docstrings,
+    which are read from the source: 45 ms at the start of every command)."""
+    for f in fields(JobSpec):
+        if f.name not in SECTIONS:
+            yield f.name
+    for section, cls in SECTIONS.items():
+        yield from (f"{section}.{f.name}" for f in fields(cls))
+
+
+_FIELD_OF_FLAG = {flag_of(dotted): dotted for dotted in _dotted_names()}
 
 
 def field_of_flag(flag: str) -> str | None:
