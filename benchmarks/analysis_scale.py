@@ -1,6 +1,6 @@
 """Analysis at scale: hpcprof analyze (fresh and cached) against HTA, from 8 to 256 ranks and on one 1 GB rank.
 
-Builds N-rank trace sets by tiling the real DLRM traces (tests/data/param_dlrm_8x_v100) in
+Builds N-rank trace sets by tiling the real DLRM traces (tests/data/param_dlrm_8x_v100; trace_sets.py) in
 time, then, in the same run and each in a fresh subprocess (benchmarks/measure.py: wall time, peak
 RSS of the process tree, of its parent process and of its largest child), measures:
 
@@ -44,8 +44,6 @@ unique; distributedInfo.rank/world_size are set to r/N. K is chosen so one rank 
 from __future__ import annotations
 
 import argparse
-import copy
-import gzip
 import json
 import math
 import os
@@ -58,98 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import measure, time_only  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
-# the DLRM traces the repository carries (tests/data/README.md); a collection beside the checkout as a fallback
-SOURCE = next((p for p in (REPO / "tests" / "data" / "param_dlrm_8x_v100", (REPO / ".." / "shared" / "traces" / "param_dlrm_8x_v100").resolve())
-               if p.is_dir()), REPO / "tests" / "data" / "param_dlrm_8x_v100")
-SOURCE_RANKS = 8
-GAP_US = 1000
-ID_KEYS = ("External id", "correlation", "Ev Idx", "Sequence number")
-
-# ------------------------------------------------------------------------------------ trace sets
-
-
-def _load_sources() -> dict[int, dict]:
-    docs = {}
-    for f in sorted(SOURCE.glob("*.json*")):
-        raw = f.read_bytes()
-        doc = json.loads(gzip.decompress(raw) if f.name.endswith(".gz") else raw)
-        docs[int(doc["distributedInfo"]["rank"])] = doc
-    if sorted(docs) != list(range(SOURCE_RANKS)):
-        raise SystemExit(f"{SOURCE}: expected ranks 0..{SOURCE_RANKS - 1}, found {sorted(docs)}")
-    return docs
-
-
-def _tile(doc: dict, copies: int) -> list:
-    """The doc's events repeated `copies` times in time, ids and step numbers kept unique."""
-    ev = doc["traceEvents"]
-    timed = [e for e in ev if isinstance(e.get("ts"), (int, float)) and e.get("ph") not in ("M", "i") and e.get("cat") != "Trace"]
-    t0 = min(e["ts"] for e in timed)
-    t1 = max(e["ts"] + e.get("dur", 0) for e in timed)
-    shift = int(t1 - t0) + GAP_US
-    id_span = 1 + max(
-        [int(e["args"][k]) for e in ev for k in ID_KEYS if isinstance(e.get("args"), dict) and isinstance(e["args"].get(k), int)]
-        + [int(e["id"]) for e in ev if isinstance(e.get("id"), int)]
-        + [0]
-    )
-    tids = {id(e) for e in timed}
-    once = [e for e in ev if id(e) not in tids]  # metadata, trace span, instants: kept once
-    out = []
-    for e in once:
-        e = copy.deepcopy(e)
-        if e.get("cat") == "Trace" and "dur" in e:
-            e["dur"] = int(e["dur"] + shift * (copies - 1))
-        elif e.get("ph") == "i" and e.get("name") == "Record Window End":
-            e["ts"] = e["ts"] + shift * (copies - 1)
-        out.append(e)
-    for k in range(copies):
-        for e in timed:
-            e = dict(e)
-            e["ts"] = e["ts"] + k * shift
-            if isinstance(e.get("id"), int):
-                e["id"] = e["id"] + k * id_span
-            name = e.get("name")
-            if isinstance(name, str) and name.startswith("ProfilerStep#"):
-                e["name"] = f"ProfilerStep#{int(name.split('#')[1]) + k}"
-            a = e.get("args")
-            if isinstance(a, dict):
-                a = dict(a)
-                for key in ID_KEYS:
-                    if isinstance(a.get(key), int) and a[key] >= 0:
-                        a[key] = a[key] + k * id_span
-                e["args"] = a
-            out.append(e)
-    return out
-
-
-def build_set(root: Path, n: int, mb_per_rank: float, sources: dict[int, dict]) -> tuple[Path, float]:
-    """Write an n-rank trace folder under root (reused when already built with the same parameters)."""
-    d = root / f"ranks{n}-mb{mb_per_rank:g}"
-    stamp = d / ".built"
-    if stamp.is_file():
-        return d, json.loads(stamp.read_text())["mb_per_rank"]
-    if d.exists():
-        shutil.rmtree(d)
-    d.mkdir(parents=True)
-    one = len(json.dumps(sources[0]).encode())
-    copies = max(1, round(mb_per_rank * 1e6 / one))
-    tiled = {s: _tile(sources[s], copies) for s in sorted({r % SOURCE_RANKS for r in range(n)})}
-    sizes = []
-    for r in range(n):
-        src = sources[r % SOURCE_RANKS]
-        doc = {k: v for k, v in src.items() if k != "traceEvents"}
-        doc["distributedInfo"] = dict(src["distributedInfo"], rank=r, world_size=n)
-        doc["traceEvents"] = tiled[r % SOURCE_RANKS]
-        p = d / f"rank{r:03d}.pt.trace.json"
-        tmp = p.with_name("." + p.name)
-        tmp.write_text(json.dumps(doc))  # one dumps is much faster than json.dump's chunked writes
-        tmp.replace(p)
-        sizes.append(p.stat().st_size)
-    mb = statistics.mean(sizes) / 1e6
-    stamp.write_text(json.dumps({"ranks": n, "copies": copies, "mb_per_rank": mb}))
-    return d, mb
-
+from trace_sets import build_set, load_sources  # noqa: E402
 
 # ------------------------------------------------------------------------------------ measuring
 
@@ -323,7 +230,7 @@ def main(argv=None) -> int:
     print(f"scratch {scratch}; RSS sampled every 50 ms (psutil); {os.cpu_count()} cores; load1 {os.getloadavg()[0]:.2f} at start", flush=True)
 
     t = time.perf_counter()
-    sources = _load_sources()
+    sources = load_sources()
     sets = {n: build_set(scratch / "traces", n, a.mb_per_rank, sources) for n in sorted(set(ranks) | set(scale))}
     big = build_set(scratch / "traces", 1, a.big_mb, sources) if a.big_mb > 0 else None
     del sources
