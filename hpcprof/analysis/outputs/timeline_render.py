@@ -1,10 +1,10 @@
 """One rank's part of the merged timeline: from its piece (ranks/timeline_piece.py, cached by the map)
 to the rank's events as JSON text on the job's clock.
 
-Three steps, each a function: `select_events` (the events of the chosen steps: the selection rules,
-written down once), `thread_ids` (the rank's CPU threads and GPU streams as threads of its process:
-main thread first, then the other CPU threads, then the GPU streams), `render_rank` (process and
-thread names, events, launch flows, as JSON text). The text is built column-wise with Arrow's string
+Three steps, each a function: `select_events` (the events of the chosen steps, by the selection
+rules of ranks/timeline_piece.window_mask), `thread_ids` (the rank's CPU threads and GPU streams as
+threads of its process: main thread first, then the other CPU threads, then the GPU streams),
+`render_rank` (process and thread names, events, launch flows, as JSON text). The text is built column-wise with Arrow's string
 kernels, not one dict per event: 1,000,000 events are about 130 MB of JSON.
 """
 
@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..ranks.timeline_piece import is_in
+from ..ranks.timeline_piece import is_in, window_mask
 
 ANNOT_TID = 0
 GPU_TID_BASE = 1_000_000
@@ -54,16 +54,10 @@ def codes(t: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
 
 
 def select_events(piece: pa.Table, lo: float, hi: float) -> pa.Table:
-    """The events of the chosen steps' window [lo, hi) of the rank's own clock, in trace order: host
-    events overlapping it; GPU events launched in it (their runtime call, matched by correlation id,
-    overlaps it) or, without a launch record there, starting in it; instant events inside it."""
-    is_x, gpu, ts, dur, corr = (col(piece, c) for c in ("is_x", "gpu", "ts", "dur", "corr"))
-    inside = (ts >= lo) & (ts < hi)
-    host = is_x & ~gpu & (ts < hi) & (ts + dur > lo)
-    launched = corr[host & col(piece, "runtime") & (corr >= 0)]
-    gpu_keep = is_x & gpu & ((is_in(corr, launched) & (corr >= 0)) | inside)
-    inst = ~is_x & inside
-    return piece.filter(pa.array(host | gpu_keep | inst))
+    """The events of the chosen steps' window [lo, hi) of the rank's own clock, in trace order, by
+    the rules of ranks/timeline_piece.window_mask (a piece holds complete and instant events only)."""
+    is_x, gpu, runtime, ts, dur, corr = (col(piece, c) for c in ("is_x", "gpu", "runtime", "ts", "dur", "corr"))
+    return piece.filter(pa.array(window_mask(is_x, ~is_x, gpu, runtime, ts, dur, corr, lo, hi)))
 
 
 def thread_ids(f: pa.Table, main_tid: str) -> tuple[dict[tuple[bool, str, str], tuple[int, str]], np.ndarray]:

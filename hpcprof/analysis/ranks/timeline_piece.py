@@ -13,8 +13,8 @@ correlation id) or starting in it, and the instant events ('i') inside it. Per e
 parent needs to select (ts, dur, gpu, corr, runtime, is_x), to budget (kind) and to write
 (name_json, cat_json: JSON-encoded once here; pid, tid as text; dev: the GPU id where the pid is
 one). The step bounds of the main thread go into meta.json (`timeline`), so choosing steps needs
-no event. The selection rules themselves are outputs/timeline_trace.select_events, the one place
-they are written down.
+no event. The selection rules are `window_mask`, the one place they are written down: the piece
+applies them to the window of all profiled steps, the parent to the chosen steps' window.
 """
 
 from __future__ import annotations
@@ -45,6 +45,21 @@ def is_in(values: np.ndarray, of: np.ndarray) -> np.ndarray:
     if not u.size:
         return np.zeros(np.shape(values), dtype=bool)
     return u[np.searchsorted(u, values).clip(0, u.size - 1)] == values
+
+
+def window_mask(is_x: np.ndarray, inst: np.ndarray, gpu: np.ndarray, runtime: np.ndarray, ts: np.ndarray,
+                dur: np.ndarray, corr: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Which events the merged timeline shows for the window [lo, hi) of the rank's own clock: the
+    selection rules, written down once (the piece applies them to the window of all profiled steps,
+    outputs/timeline_render.select_events to the chosen steps' window). Host complete events ('X',
+    not `gpu`) overlapping the window; GPU complete events launched in it (a runtime call among those
+    host events has their correlation id) or, without such a launch, starting in it; instant events
+    (`inst`) inside it."""
+    inside = (ts >= lo) & (ts < hi)
+    host = is_x & ~gpu & (ts < hi) & (ts + dur > lo)
+    launched = corr[host & runtime & (corr >= 0)]
+    gpu_keep = is_x & gpu & ((is_in(corr, launched) & (corr >= 0)) | inside)
+    return host | gpu_keep | (inst & inside)
 
 
 def _num(col: pd.Series) -> np.ndarray:
@@ -101,13 +116,7 @@ def timeline_piece(ev: pd.DataFrame) -> tuple[pa.Table | None, dict]:
     # the window of all profiled steps: any choice of steps selects from what lies in it
     lo = min(v[0] for v in all_steps.values())
     hi = max(v[1] for v in all_steps.values())
-    end = ts + dur
-    host_x = is_x & ~is_gpu & (ts < hi) & (end > lo)
-    launched = corr[host_x & is_rt & (corr >= 0)]
-    gpu_x = is_x & is_gpu
-    gpu_keep = gpu_x & ((is_in(corr, launched) & (corr >= 0)) | ((ts >= lo) & (ts < hi)))
-    inst = ph_i & np.isfinite(ts) & (ts >= lo) & (ts < hi) & is_str
-    idx = np.flatnonzero(host_x | gpu_keep | inst)
+    idx = np.flatnonzero(window_mask(is_x, ph_i & np.isfinite(ts) & is_str, is_gpu, is_rt, ts, dur, corr, lo, hi))
     nc, cc, d, px, pi = name_c[idx], cat_c[idx], dur[idx], ph_x[idx], ph_i[idx]
     g = is_gpu[idx]
     K = {k: i for i, k in enumerate(KINDS)}
