@@ -4,8 +4,9 @@ to the rank's events as JSON text on the job's clock.
 Three steps, each a function: `select_events` (the events of the chosen steps, by the selection
 rules of ranks/timeline_piece.window_mask), `thread_ids` (the rank's CPU threads and GPU streams as
 threads of its process: main thread first, then the other CPU threads, then the GPU streams),
-`render_rank` (process and thread names, events, launch flows, as JSON text). The text is built column-wise with Arrow's string
-kernels, not one dict per event: 1,000,000 events are about 130 MB of JSON.
+`render_rank` (process and thread names, events, launch flows, as JSON text). The text is built
+column-wise with Arrow's string kernels, not one dict per event: 1,000,000 events are about 130 MB
+of JSON.
 """
 
 from __future__ import annotations
