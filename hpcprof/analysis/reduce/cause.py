@@ -77,11 +77,14 @@ def cause_clock(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, index
         if c is not None:
             col_of[c] = j
     kk = col_of[ix.codes]
-    # a rank's row in g, -1: not in g (ranks are numbered from 0)
+    # a rank's row in g, -1: not in g; indexed from the lowest rank seen (a trace may state any int,
+    # a negative one included: distributedInfo.rank is taken as written)
     ranks = np.asarray([int(r) for r in g.ranks], dtype=np.int64)
-    row_of = np.full(int(max(ix.rank.max(initial=-1), ranks.max(initial=-1))) + 1, -1)
-    row_of[ranks] = np.arange(len(ranks))
-    rr = row_of[ix.rank]
+    both = np.concatenate([ranks, ix.rank])
+    base = int(both.min(initial=0))
+    row_of = np.full(int(both.max(initial=0)) - base + 1, -1)
+    row_of[ranks - base] = np.arange(len(ranks))
+    rr = row_of[ix.rank - base]
     sel = (kk >= 0) & (rr >= 0)
     ca[rr[sel], kk[sel]] = ix.arr[sel]
     ce[rr[sel], kk[sel]] = ix.end[sel]
