@@ -31,6 +31,7 @@ from ..rundir.layout import current_umask
 from .decode.load import file_digest
 from .outputs.layout import AnalysisDir
 from .outputs.summary import read_summary
+from .progress import bytes_bar
 
 ANALYSIS_VERSION = 14  # 14: DeepEP kernels named dpsk::ep::* (DeepSeek's own build) are communication; 13: communication kernels by what the trace says (ranks/comm_kernels.py: the host collective that launched them, known libraries), our kernel breakdown beside HTA's, collective metadata (comms id, message size); 12: the merged timeline's piece of each rank (timeline.parquet, meta.json `timeline`); 11: a CPU collective counts as waited for when the main thread resumed within 10 ms of its end (was 2 ms); 10: CPU collectives carry `waited` (the main thread blocked in them); 9: device-stream activity without CUDA categories is device work (MTIA)
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
@@ -136,19 +137,34 @@ class EntryWriter:
 
 
 # ------------------------------------------------------------------------- whole-analysis memo
-def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None, options: str = "") -> tuple[dict[Path, str], str]:
+def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None, options: str = "",
+               progress: bool = False) -> tuple[dict[Path, str], str]:
     """(content hash per readable trace, the memo key of the whole analysis); `options`: the other
-    analysis options that change the outputs (the merged timeline's steps and budget)."""
+    analysis options that change the outputs (the merged timeline's steps and budget). `progress`:
+    a bar of the bytes hashed, once hashing takes more than a second (256 ranks: 5 GB, seconds)."""
+    import threading
 
-    def digest(f: Path) -> str:
+    lock = threading.Lock()
+    total = 0
+    for f in files:
         try:
-            return file_digest(f)
+            total += f.stat().st_size
         except OSError:
-            return "unreadable"
+            pass
+    with bytes_bar(total, "hpcprof: hashing traces", progress) as bar:
+        def advance(n: int) -> None:  # from the hashing threads
+            with lock:
+                bar.update(n)
 
-    # hashlib releases the GIL on large blocks: hash the files on all cores
-    with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
-        digests = dict(zip(files, pool.map(digest, files)))
+        def digest(f: Path) -> str:
+            try:
+                return file_digest(f, on_block=advance if progress else None)
+            except OSError:
+                return "unreadable"
+
+        # hashlib releases the GIL on large blocks: hash the files on all cores
+        with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
+            digests = dict(zip(files, pool.map(digest, files)))
     parts = [f"v{ANALYSIS_VERSION}", f"r{REDUCE_VERSION}", f"ranks={sorted(ranks) if ranks is not None else None}", options]
     parts += [f"{f.name}:{digests[f]}" for f in files]
     run = RunDir(src)

@@ -92,7 +92,8 @@ def analyze(
             raise AnalysisError(_no_trace_yet(state, run))
     files = _traces(Path(traces) if traces is not None else src, ranks, is_run)
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
-    digests, key = cache.inputs_key(src, files, ranks, options=f"timeline={timeline_steps}/{timeline_max_events}")
+    digests, key = cache.inputs_key(src, files, ranks, options=f"timeline={timeline_steps}/{timeline_max_events}",
+                                    progress=progress)
     if use_cache:
         hit = cache.memo_hit(out_dir, key)
         if hit is not None:
@@ -196,7 +197,7 @@ def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], 
     """Reduce, then write tables, charts and report.html; return the summary (not yet written)."""
     charts = Charts()  # forks now: matplotlib loads while the reduce runs
     try:
-        red = reduce_ranks(src, keep, manifest, warnings)
+        red = reduce_ranks(src, keep, manifest, warnings, progress=progress)
         views = rank_views(keep, red.idle, red.per_rank, red.recommendations)
         matching = red.whatif.matching if getattr(red, "whatif", None) is not None else None
         omitted = nothing_to_show(red, views)

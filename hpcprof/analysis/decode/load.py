@@ -58,8 +58,9 @@ def discover_traces(path: Path) -> list[Path]:
     return files
 
 
-def file_digest(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Content hash of a trace file (blake2b of its bytes, streamed)."""
+def file_digest(path: str | os.PathLike, chunk: int = 1 << 20, on_block=None) -> str:
+    """Content hash of a trace file (blake2b of its bytes, streamed); `on_block(n)` is called with
+    the size of each block hashed (a progress bar)."""
     h = hashlib.blake2b(digest_size=20)
     with open(path, "rb") as fh:
         while True:
@@ -67,6 +68,8 @@ def file_digest(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
             if not block:
                 break
             h.update(block)
+            if on_block is not None:
+                on_block(len(block))
     return h.hexdigest()
 
 

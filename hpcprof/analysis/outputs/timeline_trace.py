@@ -39,6 +39,7 @@ or `ctx.origin_us` for the job's), pass it in `lanes` to write_timeline (merged_
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -48,6 +49,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..progress import rank_bar
 from ..reduce.clocks import ClockAlignment
 from .gzip_stream import GzipStream
 from .layout import TIMELINE_FILE
@@ -227,6 +229,9 @@ def write_timeline(
     by_rank = {s.rank: s for s in sources}
     all_steps = sorted({s for r in have for s in chosen[r]})
     n_steps, left_out = len(all_steps), []
+    # the events of every rank counted before any is written (again with fewer steps when over the
+    # budget): seconds at 256 ranks, so a bar of its own, left on screen only while it runs
+    sizing = rank_bar("hpcprof: merged timeline, sizing", progress, leave=False)
     while True:
         chosen_steps = all_steps[:n_steps]
         keep_steps = set(chosen_steps)
@@ -238,8 +243,10 @@ def write_timeline(
         built = [b(ctx) for b in [waits_lane(colls, clocks), *lanes]]
         window = {r: (min(v[0] for v in sub[r].values()), max(v[1] for v in sub[r].values())) for r in ranks}
         counts = Counts()
+        sizing.total = (sizing.total or 0) + len(ranks)
         for r in ranks:  # pass 1: counts only
             counts.add(select_events(read_piece(by_rank[r].piece, SELECT_COLUMNS), *window[r]))
+            sizing.update()
         n_fixed = sum(len(x.events) for x in built)
         budget = counts.budget(max_events, n_fixed)
         # what is never dropped (GPU activity, steps, collectives, lanes) may alone pass the budget
@@ -249,6 +256,7 @@ def write_timeline(
             break
         n_steps = max(1, min(n_steps - 1, int(n_steps * max_events / undroppable)))
         left_out = all_steps[n_steps:]
+    sizing.close()
     have = ranks
 
     path = Path(out_dir) / FILE_NAME
@@ -256,7 +264,7 @@ def write_timeline(
     with GzipStream(path) as gz:
         gz.write(b'{"traceEvents":[')
         arr = _Elements(gz)
-        for r in tqdm(have, desc="hpcprof: merged timeline", unit="rank", disable=not progress):
+        for r in tqdm(have, desc="hpcprof: merged timeline", unit="rank", disable=not progress, file=sys.stderr):
             src = by_rank[r]
             f = select_events(read_piece(src.piece), *window[r])
             f = f.filter(pa.array(budget.mask(f)))

@@ -14,6 +14,7 @@ import pandas as pd
 
 from ...rundir import RunDir
 from ...rundir.state import run_state
+from ..progress import Stages
 from ..ranks.result import RankResult, read_table
 from . import whatif
 from .communication import comm_share_pct, communication, ours_kernel_types
@@ -79,8 +80,20 @@ def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: list[str]) -> Reduced:
-    """Reduce the selected ranks; what keeps a cross-rank result from being computed is appended to `warnings`."""
+STAGES = ["per-rank tables", "step times", "matching and what-if replay", "critical path", "recommendations"]
+"""The reduce's stages, as its progress bar names them."""
+
+
+def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: list[str],
+                 progress: bool = False) -> Reduced:
+    """Reduce the selected ranks; what keeps a cross-rank result from being computed is appended to
+    `warnings`. `progress`: a bar of the stages (STAGES), once the reduce takes more than a second
+    (256 ranks: seconds)."""
+    with Stages("hpcprof: cross-rank analysis", STAGES, progress) as stages:
+        return _reduce(src, keep, manifest, warnings, stages)
+
+
+def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: list[str], stages: Stages) -> Reduced:
     metas = {r: v.meta for r, v in keep.items()}
     nodes = node_names(manifest, metas)
     device = job_device(metas)
@@ -96,6 +109,7 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     ktype_ours = rank_table(keep, "kernel_type_hpcprof")
     ktop = rank_table(keep, "kernels_top")
     kall = rank_table(keep, "kernels_all")
+    stages.step("step times")
     state = run_state(src)
     steps_trace, colls = cut_failed_steps(state, steps_trace, colls, warnings)
     if state.partial and state.state != "failed":
@@ -115,6 +129,7 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     kx = kernels_across_ranks(kall)
 
     hosts = {r: nodes.get(r) for r in metas}
+    stages.step("matching and what-if replay")
     wi = whatif.analyze(colls, steps_trace, hosts)
     strag = wi.stragglers
     for s in strag:
@@ -139,8 +154,10 @@ def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warning
     per_step = wi.costs.rename(columns={"cost_ms": "whatif_cost_ms", "above": "above_threshold"})
     offsets = wi.matching.offsets if wi.matching is not None else {}
     comm = communication(metas, ktype, ktype_ours, wi, device)
+    stages.step("critical path")
     crit = critical_paths(wi.graphs, wi.matching.df if wi.matching is not None else None, steps_trace)
 
+    stages.step("recommendations")
     recs = recommendations(per_rank, steps_trace, steps.records, kall, kb, strag, metas, device, steps.spread, idle=idle,
                            comm=comm, critical=crit.summary())
     if state.state == "failed" and steps_trace.empty:
