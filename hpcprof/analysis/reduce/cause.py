@@ -77,8 +77,8 @@ def cause_clock(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, index
         if c is not None:
             col_of[c] = j
     kk = col_of[ix.codes]
-    # a rank's row in g, -1: not in g; indexed from the lowest rank seen (a trace may state any int,
-    # a negative one included: distributedInfo.rank is taken as written)
+    # a rank's row in g, -1: not in g; indexed from the lowest rank seen, so that any int works
+    # (analyze() never passes a negative one: ranks.select skips those traces with a warning)
     ranks = np.asarray([int(r) for r in g.ranks], dtype=np.int64)
     both = np.concatenate([ranks, ix.rank])
     base = int(both.min(initial=0))

@@ -15,7 +15,7 @@ import pandas as pd
 from ...rundir import RunDir
 from ...rundir.state import run_state
 from ..progress import Stages
-from ..ranks.result import RankResult, read_table
+from ..ranks.result import RankResult, read_rank_tables
 from . import whatif
 from .communication import comm_share_pct, communication, ours_kernel_types
 from .critical_path import CriticalPath, critical_paths
@@ -69,15 +69,7 @@ class Reduced:
 
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
     """One of the map's per-rank tables (ranks.mapper.TABLES) for every rank, with a rank column."""
-    frames = []
-    for r, v in keep.items():
-        p = v.tables.get(name)
-        if p:
-            df = read_table(p)
-            df["rank"] = r
-            frames.append(df)
-    frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return read_rank_tables((r, v.tables.get(name)) for r, v in keep.items())
 
 
 STAGES = ["per-rank tables", "step times", "matching and what-if replay", "critical path", "recommendations"]

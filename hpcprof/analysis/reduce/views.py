@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..ranks.operators import launch_summary
-from ..ranks.result import read_table
+from ..ranks.result import read_rank_tables, read_table
 
 SHORT_SHARE = 0.5
 HOST_WAIT_PCT = 10.0
@@ -26,13 +26,7 @@ HOST_WAIT_PCT = 10.0
 
 def gather(tables: dict[int, str | None]) -> pd.DataFrame:
     """Rank -> parquet path (or None) into one frame with a `rank` column."""
-    frames = []
-    for r, p in sorted(tables.items()):
-        if p:
-            df = read_table(p)
-            if not df.empty:
-                frames.append(df.assign(rank=r))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return read_rank_tables(sorted(tables.items()))
 
 
 class RankParts:
