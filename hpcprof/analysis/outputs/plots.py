@@ -24,6 +24,9 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.colors import LinearSegmentedColormap, TwoSlopeNorm  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from .rank_axis import axis_inches, rank_ticks, visible_width  # noqa: E402
+from .rank_axis import labels as _labels  # noqa: E402
+
 FLAG = "#d62728"
 NORMAL = "#1f77b4"
 SUFFERED = "#aaaaaa"
@@ -31,20 +34,8 @@ COST = "#7f0000"
 # white up to the threshold's pale pink, then deepening red: below-threshold noise stays pale
 WAIT_CMAP = LinearSegmentedColormap.from_list("wait", ["#ffffff", "#fde0dd", "#a50f15"])
 DPI = 90
-
-
-def _labels(ranks, nodes: dict) -> list[str]:
-    """Tick labels: "rank r" over its node; the node line is left out when no rank's node is known
-    (a folder of traces: "unknown" under every rank says nothing), and from 6 ranks on the labels
-    shorten to "r<r>" so that they do not run into each other under narrow bars."""
-    ranks = list(ranks)
-    known = any(nodes.get(r) for r in ranks)
-    short = len(ranks) >= 6
-    out = []
-    for r in ranks:
-        head = f"r{r}" if short else f"rank {r}"
-        out.append(f"{head}\n{nodes.get(r) or 'unknown'}" if known else head)
-    return out
+BAR_AXES_IN = 3.9
+"""The width of the straggler chart's bar panel, in inches (its figure is 14 inches wide)."""
 
 
 def _legend_right(ax, handles=None, **kw) -> None:
@@ -64,17 +55,23 @@ def straggler_chart(per_step: pd.DataFrame, stragglers: list[dict], threshold_ms
     flagged = {int(s["rank"]) for s in stragglers}
     cost_col = "whatif_cost_ms" if "whatif_cost_ms" in per_step else "wait_inflicted_ms"
     wait_col = "wait_ms" if "wait_ms" in per_step else "wait_suffered_ms"
-    fig, axes = plt.subplots(1, 2, figsize=(14, 4.8), gridspec_kw={"width_ratios": [1.1, 1.3], "wspace": 0.55})
     m = per_step.groupby("rank")[[cost_col, wait_col]].mean()
+    # taller with many ranks, up to 9 in (the heat map's rows: 0.6 pixels each at 1,024 ranks, a flagged
+    # rank's row still coloured through the averaging, and its name in red)
+    height = axis_inches(len(m), 0.12, 2.5, least=4.8, most=9.0)
+    fig, axes = plt.subplots(1, 2, figsize=(14, height), gridspec_kw={"width_ratios": [1.1, 1.3], "wspace": 0.55})
     x = np.arange(len(m))
     ax = axes[0]
-    ax.bar(x - 0.2, m[cost_col], 0.4, color=[FLAG if r in flagged else NORMAL for r in m.index])
+    is_flag = np.array([r in flagged for r in m.index], dtype=bool)
+    ax.bar(x - 0.2, m[cost_col], 0.4, color=[FLAG if f else NORMAL for f in is_flag])
     ax.bar(x + 0.2, m[wait_col], 0.4, color=SUFFERED)
+    if is_flag.any() and len(m) > 100:  # a slot is under a pixel: the flagged ranks' cost drawn wide enough to see, on top
+        ax.bar(x[is_flag] - 0.2, m[cost_col].to_numpy()[is_flag], visible_width(len(m), BAR_AXES_IN, 0.4, DPI), color=FLAG)
     for xi, r, c in zip(x, m.index, m[cost_col]):
         if r in flagged:
             ax.annotate(f"{c:.1f} ms", (xi - 0.2, c), ha="center", va="bottom", fontsize=8, color=FLAG)
     ax.axhline(threshold_ms, color="#555", ls="--", lw=1)
-    ax.set_xticks(x, _labels(m.index, nodes), fontsize=8)
+    rank_ticks(ax, "x", m.index, _labels(m.index, nodes), BAR_AXES_IN, 8, always=flagged)
     ax.set_ylabel("ms per profiled step")
     ax.set_title("Per rank: cost to the job, and its own waiting")
     # below the axes: on the right it would run into the heat map's rank labels
@@ -87,8 +84,8 @@ def straggler_chart(per_step: pd.DataFrame, stragglers: list[dict], threshold_ms
     vals = piv.to_numpy(dtype=float)
     vmax = max(2 * threshold_ms, float(np.nanmax(vals)) if vals.size else 0.0, 1e-6)
     im = ax.imshow(np.clip(vals, 0, None), aspect="auto", cmap=WAIT_CMAP, norm=TwoSlopeNorm(vmin=0.0, vcenter=threshold_ms, vmax=vmax))
-    ax.set_yticks(range(len(piv.index)), _labels(piv.index, nodes), fontsize=7)
-    for t, r in zip(ax.get_yticklabels(), piv.index):
+    named = rank_ticks(ax, "y", piv.index, _labels(piv.index, nodes), 0.77 * height, 7, always=flagged)
+    for t, r in zip(ax.get_yticklabels(), piv.index[named]):
         if r in flagged:
             t.set_color(FLAG)
             t.set_fontweight("bold")
@@ -102,7 +99,8 @@ def straggler_chart(per_step: pd.DataFrame, stragglers: list[dict], threshold_ms
 
 
 def idle_chart(per_rank: pd.DataFrame, idle: pd.DataFrame, steps_trace: pd.DataFrame, nodes: dict, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(per_rank) + 3), 4.5))
+    width = axis_inches(len(per_rank), 0.9, 3)
+    fig, ax = plt.subplots(figsize=(width, 4.5))
     gpu = per_rank[per_rank["idle_pct"].notna()] if "idle_pct" in per_rank else per_rank.iloc[0:0]
     if not gpu.empty:
         ranks = list(gpu["rank"])
@@ -111,19 +109,22 @@ def idle_chart(per_rank: pd.DataFrame, idle: pd.DataFrame, steps_trace: pd.DataF
         # split each rank's idle % (HTA temporal) by the idle-time breakdown's category shares
         cats = ["host_wait", "kernel_wait", "other"]
         shares = idle.groupby(["rank", "idle_category"])["idle_time"].sum().unstack(fill_value=0.0) if not idle.empty else pd.DataFrame()
+        ip = gpu["idle_pct"].to_numpy(dtype=float)
+        if shares.empty:
+            shares = pd.DataFrame(index=pd.Index([], dtype="int64"))
+        by_rank = shares.reindex(index=ranks, columns=cats, fill_value=0.0)
+        total = shares.sum(axis=1).reindex(ranks).fillna(0.0).to_numpy(dtype=float)
+        split = total > 0  # a rank without an idle breakdown: all of its idle time is "other"
         for c, col in zip(cats, ["#ff7f0e", "#ffbb78", "#c7c7c7"]):
-            vals = []
-            for r, ip in zip(ranks, gpu["idle_pct"]):
-                if not shares.empty and r in shares.index and shares.loc[r].sum() > 0:
-                    vals.append(ip * shares.loc[r].get(c, 0.0) / shares.loc[r].sum())
-                else:
-                    vals.append(ip if c == "other" else 0.0)
+            part = by_rank[c].to_numpy(dtype=float)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                vals = np.where(split, ip * part / np.where(split, total, 1.0), ip if c == "other" else 0.0)
             ax.bar(x, vals, bottom=bottom, color=col, label=f"idle: {c.replace('_', ' ')}")
-            bottom += np.array(vals)
+            bottom += vals
         ax.bar(x, gpu["compute_pct"], bottom=bottom, color="#2ca02c", label="compute")
         bottom += gpu["compute_pct"].to_numpy()
         ax.bar(x, gpu["non_compute_pct"], bottom=bottom, color="#1f77b4", label="non-compute (comm, memcpy)")
-        ax.set_xticks(x, _labels(ranks, nodes), fontsize=8)
+        rank_ticks(ax, "x", ranks, _labels(ranks, nodes), width - 3, 8)
         ax.set_ylabel("% of GPU time (first to last kernel)")
         ax.set_title("GPU time per rank: idle by cause, compute, non-compute (HTA)")
     else:
@@ -134,7 +135,7 @@ def idle_chart(per_rank: pd.DataFrame, idle: pd.DataFrame, steps_trace: pd.DataF
         for c, col, lab in [("host_gap_ms", "#ff7f0e", "idle: host gap (un-annotated)"), ("data_loading_ms", "#ffbb78", "data loading"), ("cpu_work_ms", "#2ca02c", "CPU operators")]:
             ax.bar(x, pct[c], bottom=bottom, color=col, label=lab)
             bottom += pct[c].to_numpy()
-        ax.set_xticks(x, _labels(pct.index, nodes), fontsize=8)
+        rank_ticks(ax, "x", pct.index, _labels(pct.index, nodes), width - 3, 8)
         ax.set_ylabel("% of profiled step time (main thread)")
         ax.set_title("CPU-only run: main-thread time per rank")
     ax.set_ylim(0, 100)
@@ -161,10 +162,11 @@ def step_heatmap(steps: pd.DataFrame, value: str, source: str, nodes: dict, path
     med = float(np.nanmedian(piv[kept].to_numpy()))
     dev = float(np.nanmax(np.abs(piv[kept].to_numpy() - med))) if piv.size else 0.0
     span = max(0.25 * med, dev, 1e-6)
-    fig, ax = plt.subplots(figsize=(11, max(3, 0.35 * len(piv.index) + 2)))
+    height = axis_inches(len(piv.index), 0.35, 2, least=3)
+    fig, ax = plt.subplots(figsize=(11, height))
     im = ax.imshow(piv.to_numpy(), aspect="auto", cmap="RdBu_r",
                    norm=TwoSlopeNorm(vmin=max(0.0, med - span) if med - span < med else med - 1e-6, vcenter=med, vmax=med + span))
-    ax.set_yticks(range(len(piv.index)), [f"rank {r} ({nodes[r]})" if nodes.get(r) else f"rank {r}" for r in piv.index], fontsize=7)
+    rank_ticks(ax, "y", piv.index, [f"rank {r} ({nodes[r]})" if nodes.get(r) else f"rank {r}" for r in piv.index], height - 2, 7)
     every = max(1, len(piv.columns) // 25)
     ax.set_xticks(range(0, len(piv.columns), every), [str(c) for c in piv.columns[::every]], fontsize=7)
     ax.set_xlabel("step")
@@ -182,10 +184,11 @@ def step_heatmap(steps: pd.DataFrame, value: str, source: str, nodes: dict, path
 
 def overlap_chart(per_rank: pd.DataFrame, nodes: dict, path: Path) -> None:
     d = per_rank[per_rank["comm_comp_overlap_pct"].notna()]
-    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(d) + 2), 4))
+    width = axis_inches(len(d), 0.8, 2)
+    fig, ax = plt.subplots(figsize=(width, 4))
     x = np.arange(len(d))
     ax.bar(x, d["comm_comp_overlap_pct"], color="#9467bd")
-    ax.set_xticks(x, _labels(d["rank"], nodes), fontsize=8)
+    rank_ticks(ax, "x", d["rank"], _labels(d["rank"], nodes), width - 1, 8)
     ax.set_ylabel("comm time overlapped by compute (%)")
     ax.set_ylim(0, 100)
     ax.set_title("Communication/computation overlap per rank (HTA)")
@@ -225,12 +228,14 @@ def launch_chart(summary: pd.DataFrame, nodes: dict, path: Path) -> None:
     """Per rank: median and p95 launch delay (us) and the share of kernels shorter than their launch."""
     d = summary.sort_values("rank")
     x = np.arange(len(d))
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(d) + 3), 4))
+    width = axis_inches(len(d), 0.9, 3)
+    fig, ax = plt.subplots(figsize=(width, 4))
     ax.bar(x - 0.2, d["launch_delay_median_us"], 0.4, color="#1f77b4", label="launch delay, median")
     ax.bar(x + 0.2, d["launch_delay_p95_us"], 0.4, color="#aec7e8", label="launch delay, p95")
-    for xi, s, top in zip(x, d["short_kernel_share"], d["launch_delay_p95_us"]):
-        ax.annotate(f"{100 * s:.0f}% short", (xi, top), ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(x, _labels(d["rank"], nodes), fontsize=8)
+    named = rank_ticks(ax, "x", d["rank"], _labels(d["rank"], nodes), width - 3, 8)
+    if len(named) == len(d):  # each rank has room for its share (else: tables/launch_summary)
+        for xi, s, top in zip(x, d["short_kernel_share"], d["launch_delay_p95_us"]):
+            ax.annotate(f"{100 * s:.0f}% short", (xi, top), ha="center", va="bottom", fontsize=7)
     ax.set_ylabel("µs from launch call end to GPU start")
     ax.set_title("Kernel launches (HTA): delay, and % of kernels shorter than their launch call")
     ax.margins(y=0.15)
@@ -292,7 +297,8 @@ def critical_path_chart(links: pd.DataFrame, nodes: dict, path: Path) -> None:
         if v.any():
             ax.bar(x, v, bottom=bottom, color=PATH_COLOURS[c])
             bottom += v
-    ax.set_xticks(x, _labels([int(r) for r in per.index], nodes), fontsize=8)
+    on_path = [int(r) for r in per.index]
+    rank_ticks(ax, "x", on_path, _labels(on_path, nodes), 3.5, 8)
     ax.set_ylabel("ms per profiled step on the path")
     transfer = float(links.loc[links["step"].isin(steps), "transfer_ms"].sum()) / max(1, len(steps)) if "transfer_ms" in links else 0.0
     ax.set_title(f"Time on the path per rank (transfers: {transfer:.2f} ms/step)")
