@@ -422,3 +422,41 @@ def test_main_thread_waited_for_a_collective_when_idle_at_its_end_and_resuming_r
     ])
     assert _main_waited(starts, ends, t).tolist() == [True, False, False, True, True]
     assert _main_waited(np.empty(0), np.empty(0), np.array([5.0])).tolist() == [False]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_replay_of_the_scenarios_without_their_array(seed):
+    """The R + 2 scenarios are replayed from ScenarioSegments (a collective's column at a time) as
+    from their (S, R, K) array written the plain way: measured; rank s's row at the median of the
+    others (scenario 1 + s); every rank at the median of all (last). Random steps: ranks missing
+    from some collectives, NaN segments of non-members."""
+    import numpy as np
+
+    from hpcprof.analysis.reduce import step_graph as sg
+
+    rng = np.random.default_rng(seed)
+    R, K = int(rng.integers(2, 9)), int(rng.integers(1, 7))
+    member = rng.random((R, K)) < 0.8
+    member[:, 0] = True
+    seg = np.where(member, rng.random((R, K)) * 100, np.nan)
+    prev = np.full((R, K), -1)
+    last_k = np.full(R, -1)
+    for r in range(R):
+        before = -1
+        for k in range(K):
+            if member[r, k]:
+                prev[r, k], before = before, k
+        last_k[r] = before
+    start = rng.random(R) * 10
+    g = sg.StepGraph(step=1, ranks=np.arange(R), start=start, end=start + 500, member=member, seg=seg,
+                     transfer=rng.random(K) * 5, tail=rng.random(R) * 20, arrival=seg, keys=list(range(K)), prev=prev,
+                     last_k=last_k, coll_end=seg)
+    segs, tail = sg.scenarios(g)
+    plain = np.broadcast_to(g.seg, (R + 2, R, K)).copy()
+    others = sg._median_others(g.seg, g.member)
+    for s in range(R):
+        plain[1 + s, s] = np.where(member[s], others[s], np.nan)
+    plain[-1] = np.where(member, np.nanmedian(np.where(member, seg, np.nan), axis=0)[None, :], np.nan)
+    assert np.array_equal(segs.array(), plain, equal_nan=True)
+    assert np.array_equal(sg.replay(g, segs, tail), sg.replay(g, plain, tail))
+    assert np.array_equal(sg.replay_ends(g, segs, tail)[1], sg.replay_ends(g, plain, tail)[1])

@@ -231,8 +231,36 @@ def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
     return out
 
 
-def replay_ends(g: StepGraph, seg: np.ndarray, tail: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The replay of S scenarios (`seg` (S, R, K) and `tail` (S, R) replace the measured ones):
+@dataclass
+class ScenarioSegments:
+    """The segments of the R + 2 scenarios of `scenarios`, without their (S, R, K) array: scenario 0
+    is the measured segments, scenario 1 + s the measured ones with rank s's row replaced by `own[s]`,
+    the last one `every` for all ranks. The array was 200 MB per step at 1,024 ranks (the reduce's
+    peak: 1.2 GB); a collective's column of it (`column`) is all the replay reads at a time."""
+
+    measured: np.ndarray  # (R, K)
+    own: np.ndarray  # (R, K): rank s's segments in scenario 1 + s
+    every: np.ndarray  # (R, K): all ranks' in the last scenario
+
+    def column(self, m: np.ndarray, k: int) -> np.ndarray:
+        """(S, len(m)): collective k's segments of ranks m in every scenario."""
+        out = np.empty((self.measured.shape[0] + 2, m.size))
+        out[:] = self.measured[m, k]
+        out[1 + m, np.arange(m.size)] = self.own[m, k]
+        out[-1] = self.every[m, k]
+        return out
+
+    def array(self) -> np.ndarray:
+        """(S, R, K), as a plain array (what `replay_ends` also accepts)."""
+        R = self.measured.shape[0]
+        seg = np.broadcast_to(self.measured, (R + 2,) + self.measured.shape).copy()
+        seg[1 + np.arange(R), np.arange(R), :] = self.own
+        seg[-1] = self.every
+        return seg
+
+
+def replay_ends(g: StepGraph, seg: np.ndarray | ScenarioSegments, tail: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The replay of S scenarios (`seg` (S, R, K), or ScenarioSegments, and `tail` (S, R) replace the measured ones):
     when each collective ends, E (S, K); the rank index whose arrival set that end (the first of
     equal ones), (S, K); when each rank ends, (S, R). The one definition of the replay: `replay`
     gives its step times; the critical path (reduce/critical_path.py) walks it back from the rank
@@ -246,7 +274,7 @@ def replay_ends(g: StepGraph, seg: np.ndarray, tail: np.ndarray) -> tuple[np.nda
     for k in range(K):
         m = np.flatnonzero(g.member[:, k])
         a = g.prev[m, k]
-        ready = np.where(a >= 0, E[:, a], base[:, m]) + seg[:, m, k]
+        ready = np.where(a >= 0, E[:, a], base[:, m]) + (seg.column(m, k) if isinstance(seg, ScenarioSegments) else seg[:, m, k])
         j = np.argmax(ready, axis=1)
         setter[:, k] = m[j]
         E[:, k] = ready[rows, j] + g.transfer[k]
@@ -255,13 +283,13 @@ def replay_ends(g: StepGraph, seg: np.ndarray, tail: np.ndarray) -> tuple[np.nda
     return E[:, :K], setter, fin
 
 
-def replay(g: StepGraph, seg: np.ndarray, tail: np.ndarray) -> np.ndarray:
-    """Step times (ms) of S scenarios: `seg` (S, R, K) and `tail` (S, R) replace the measured ones."""
+def replay(g: StepGraph, seg: np.ndarray | ScenarioSegments, tail: np.ndarray) -> np.ndarray:
+    """Step times (ms) of S scenarios: `seg` (S, R, K, or ScenarioSegments) and `tail` (S, R) replace the measured ones."""
     fin = replay_ends(g, seg, tail)[2]
     return (np.max(fin, axis=1) - g.start.min()) / 1e3
 
 
-def scenarios(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+def scenarios(g: StepGraph) -> tuple[ScenarioSegments, np.ndarray]:
     """Segments and tails of the R + 2 replays: as measured, each rank s at the median of the others
     in this step (scenario 1 + s), every rank at the median of all (last).
 
@@ -271,16 +299,13 @@ def scenarios(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
     for every rank) are lost."""
     R, K = g.seg.shape
     S = R + 2
-    seg = np.broadcast_to(g.seg, (S, R, K)).copy()
     tail = np.broadcast_to(g.tail, (S, R)).copy()
     mo = _median_others(g.seg, g.member)
     to = _median_others(g.tail[:, None], np.ones((R, 1), dtype=bool))[:, 0]
     idx = np.arange(R)
-    seg[1 + idx, idx, :] = np.where(g.member, mo, np.nan)
     tail[1 + idx, idx] = to
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         ma = nanmedian0(np.where(g.member, g.seg, np.nan)) if K else np.empty(0)
-    seg[-1] = np.where(g.member, ma[None, :], np.nan)
     tail[-1] = np.median(g.tail)
-    return seg, tail
+    return ScenarioSegments(g.seg, np.where(g.member, mo, np.nan), np.where(g.member, ma[None, :], np.nan)), tail
