@@ -62,7 +62,8 @@ def rank_ticks(ax, axis: str, ranks, names: list[str], room_in: float, fontsize:
     else:  # names one above the other: their height
         label_in = max((s.count("\n") + 1 for s in names), default=1) * fontsize * LINE_IN
     k = 1 if n <= 1 or room_in / n >= label_in else nice_step(label_in * n / max(room_in, 1e-9))
-    must = [i for i, r in enumerate(ranks) if r in set(always)]
+    named = set(always)
+    must = [i for i, r in enumerate(ranks) if r in named]
     # the regular names give way to a rank that must be named, where they would touch it
     pos = sorted({i for i in range(0, n, k) if all(i == j or abs(i - j) >= k for j in must)} | set(must))
     (ax.set_xticks if axis == "x" else ax.set_yticks)(pos, [names[i] for i in pos], fontsize=fontsize)
