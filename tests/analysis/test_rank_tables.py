@@ -65,3 +65,30 @@ def test_rank_tables_of_a_real_set(tmp_path, parse_cache):
     for name in names:
         parts = [(r.meta["rank"], r.tables.get(name)) for r in results]
         pd.testing.assert_frame_equal(read_rank_tables(parts), one_by_one(parts), obj=name)
+
+
+@pytest.mark.parametrize("batch_rows", [1, 5000, 10**9])
+def test_rank_parts_in_batches(tmp_path, parse_cache, monkeypatch, batch_rows):
+    """The per-launch table is handed to the writer a few ranks at a time (reduce.views.RankParts):
+    its frames, joined, are the ranks' frames concatenated; split by rank, each rank's own frame;
+    a rank whose column types differ starts a new frame."""
+    from hpcprof.analysis.decode.load import discover_traces
+    from hpcprof.analysis.executors import run_map
+    from hpcprof.analysis.reduce.views import RankParts
+
+    from .conftest import DLRM, require
+
+    monkeypatch.setattr(RankParts, "BATCH_ROWS", batch_rows)
+    results = run_map("local", discover_traces(require(DLRM)), parse_cache, True, workers=2, progress=False)
+    parts = {r.meta["rank"]: r.tables.get("launch_stats") for r in results}
+    odd = pd.DataFrame({"x": [1.5]})  # a rank with other columns, between the real ones
+    parts[max(parts) + 1] = write(tmp_path, "odd", odd)
+    parts[max(parts) + 1] = parts[0]
+    rp = RankParts(parts)
+    frames = list(rp.frames())
+    assert len(frames) >= 3  # the odd rank has a frame of its own
+    pd.testing.assert_frame_equal(pd.concat(frames, ignore_index=True), one_by_one(sorted(parts.items())))
+    for got, (r, p) in zip(rp.rank_frames(), sorted(parts.items())):
+        pd.testing.assert_frame_equal(got, read_table(p).assign(rank=r))
+    if batch_rows == 10**9:
+        assert len(frames) == 3

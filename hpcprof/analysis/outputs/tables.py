@@ -45,7 +45,7 @@ def _parquet_ready(df: pd.DataFrame) -> pd.DataFrame:
 
 def write_table(df, tables: Path, name: str) -> None:
     """<name>.csv and <name>.parquet (object columns as strings: Parquet needs one type per column).
-    `df` may be a reduce.views.RankParts: written one rank at a time (the same two files)."""
+    `df` may be a reduce.views.RankParts: written a few ranks at a time (the same two files)."""
     from ..reduce.views import RankParts
 
     if isinstance(df, RankParts):
