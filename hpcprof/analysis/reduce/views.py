@@ -34,7 +34,7 @@ class RankParts:
     time (outputs/tables.write_table): the per-launch table is thousands of rows per rank (1.6
     million at 256 ranks), and the parent holds at most BATCH_ROWS rows of it, never all."""
 
-    BATCH_ROWS = 200_000
+    BATCH_ROWS = 50_000
     """Rows handed out at once by `frames` (consecutive ranks joined up to this many)."""
 
     def __init__(self, parts: dict[int, str | None]):
