@@ -59,15 +59,16 @@ def read_rank_tables(parts) -> pd.DataFrame:
     frame with a `rank` column (set to the rank, where the table has one), in the order given,
     ranks with no rows left out: what concatenating their `read_table` frames gives, made by
     concatenating the Arrow tables and converting once (256 ranks x 7 tables: 1.5 -> 0.7 s; the
-    per-file conversion to pandas was most of it). When the ranks' column types differ (a column
-    all empty on one rank), pandas concatenates the frames, as before: its rules decide the type."""
+    per-file conversion to pandas was most of it). When the ranks' schemas differ (a column all
+    empty on one rank; pandas' metadata), pandas concatenates the frames, as before: its rules
+    decide the type."""
     import pandas as pd
     import pyarrow as pa
 
     tables = [t for t in (rank_arrow(r, p) for r, p in parts) if t is not None]
     if not tables:
         return pd.DataFrame()
-    if any(not t.schema.equals(tables[0].schema) for t in tables[1:]):
+    if any(not t.schema.equals(tables[0].schema, check_metadata=True) for t in tables[1:]):
         return pd.concat([t.to_pandas() for t in tables], ignore_index=True)
     return pa.concat_tables(tables).to_pandas().reset_index(drop=True)
 
