@@ -212,6 +212,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hta-timeout", type=float, default=900.0, help="stop HTA after this many seconds (default 900)")
     ap.add_argument("--hta-max-rss-gb", type=float, default=14.0, help="stop HTA when its tree RSS passes this (default 14 GB of the 24)")
     ap.add_argument("--mb-per-rank", type=float, default=20.0, help="about this many MB of JSON per rank (default 20)")
+    ap.add_argument("--scale-mb", type=float, default=None,
+                    help="MB of JSON per rank of the --scale-ranks sets (default: --mb-per-rank; e.g. 1024 ranks at 2.5 MB fit the disk)")
     ap.add_argument("--workers", type=int, default=None, help="hpcprof analyze --workers (default: its own default)")
     ap.add_argument("--scratch", default=None, help="folder for the trace sets and outputs (default: a new one under /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (trace sets are reused by the next run with --scratch)")
@@ -231,10 +233,13 @@ def main(argv=None) -> int:
 
     t = time.perf_counter()
     sources = load_sources()
-    sets = {n: build_set(scratch / "traces", n, a.mb_per_rank, sources) for n in sorted(set(ranks) | set(scale))}
+    scale_mb = a.scale_mb if a.scale_mb is not None else a.mb_per_rank
+    sets = {n: build_set(scratch / "traces", n, a.mb_per_rank, sources) for n in sorted(ranks)}
+    scale_sets = {n: build_set(scratch / "traces", n, scale_mb, sources) for n in sorted(scale)}
     big = build_set(scratch / "traces", 1, a.big_mb, sources) if a.big_mb > 0 else None
     del sources
-    print(f"trace sets ready in {time.perf_counter() - t:.0f} s: " + ", ".join(f"{n} ranks x {mb:.1f} MB" for n, (_, mb) in sets.items())
+    print(f"trace sets ready in {time.perf_counter() - t:.0f} s: "
+          + ", ".join(f"{n} ranks x {mb:.1f} MB" for n, (_, mb) in [*sets.items(), *scale_sets.items()])
           + (f", 1 rank x {big[1]:.0f} MB" if big else ""), flush=True)
 
     rows = [_row_sizes(n, *sets[n], a, py, scratch, a.repeats if n in rep_ranks else 1) for n in ranks]
@@ -254,7 +259,7 @@ def main(argv=None) -> int:
 
     scale_rows = []
     for n in scale:
-        d, mb = sets[n]
+        d, mb = scale_sets[n]
         out = scratch / f"out{n}"
         shutil.rmtree(out, ignore_errors=True)
         f = measure(_ours(py, d, out, a.workers, ["--no-cache"]), scratch / f"fresh{n}.log", check=False)
@@ -328,7 +333,7 @@ def main(argv=None) -> int:
         x = big_row["fresh"]["peak_rss_mb"] / big_row["mb"]
         print(f"  1 GB rank: peak at most 4x its JSON: x{x:.2f} -> {verdict(x <= 4)}")
     for r in scale_rows:
-        if r["n"] == 256:
+        if r["n"] == 256 and a.scale_mb is None:  # the set: 256 ranks of --mb-per-rank (20 MB: 5.3 GB)
             f = r["fresh"]
             print(f"  256 ranks within 5 min and under 1.5 GB: {f['wall_s']:.0f} s, {f['peak_rss_mb']:.0f} MB -> "
                   f"{verdict(f['wall_s'] <= 300 and f['peak_rss_mb'] < 1536)}; HTA: {_hta_outcome(r['hta'])}")
