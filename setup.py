@@ -5,10 +5,14 @@ there) and are shipped as the package data ``hpcprof.slurm.templates`` (``packag
 package to ``slurm/``), so a non-editable install renders them too: see
 ``hpcprof.slurm.sbatch.templates_dir``."""
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
     packages=find_packages(include=["hpcprof", "hpcprof.*"]) + ["hpcprof.slurm.templates"],
     package_dir={"hpcprof.slurm.templates": "slurm"},
     package_data={"hpcprof.slurm.templates": ["*.sbatch"]},
+    # the native decode of trace events (hpcprof/analysis/decode/native.py); optional: without a C
+    # compiler the install goes on and msgspec decodes every trace (the same tables, slower)
+    ext_modules=[Extension("hpcprof.analysis.decode._native", ["hpcprof/analysis/decode/_native.c"], optional=True,
+                           extra_compile_args=["-O2"])],
 )

@@ -103,6 +103,18 @@ class _Columns:
             self.args[k].append(self._compact(k, args.pop(k)))
         self.n += len(has)
 
+    def add_native(self, got) -> None:
+        """A run of events decoded by decode/native.py: (events, {column: piece}, has_args)."""
+        n, pieces, has = got
+        if not n:
+            return
+        for k in self.top:
+            self.top[k].append(pieces[k])
+        for k in self.args:
+            self.args[k].append(pieces[k])
+        self.has_args.append(has)
+        self.n += n
+
     @staticmethod
     def _join(pieces: list, object_dtype: bool) -> pd.Series:
         """The column `_column` (or pd.Series(dtype=object)) would build from all values at once."""
