@@ -13,6 +13,6 @@ setup(
     package_data={"hpcprof.slurm.templates": ["*.sbatch"]},
     # the native decode of trace events (hpcprof/analysis/decode/native.py); optional: without a C
     # compiler the install goes on and msgspec decodes every trace (the same tables, slower)
-    ext_modules=[Extension("hpcprof.analysis.decode._native", ["hpcprof/analysis/decode/_native.c"], optional=True,
+    ext_modules=[Extension("hpcprof.analysis._native", ["hpcprof/analysis/_native.c"], optional=True,
                            extra_compile_args=["-O2"])],
 )

@@ -1,4 +1,4 @@
-"""The native decode of trace events (decode/native.py, the C extension decode/_native.c) builds the
+"""The native decode of trace events (decode/native.py, the C extension hpcprof/analysis/_native.c) builds the
 same event table as the msgspec decode, value for value and dtype for dtype: on every trace of
 tests/data, through both block decodes (in memory and streamed), and on generated events holding
 every kind of JSON value in every field, including the inputs it must leave to msgspec (an integer
@@ -18,16 +18,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hpcprof.analysis import cext
 from hpcprof.analysis.decode import native, stream
 
 from .conftest import TRACES
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-needs_native = pytest.mark.skipif(native._native is None, reason="the C extension hpcprof.analysis.decode._native is not built (no C compiler at install)")
+needs_native = pytest.mark.skipif(cext._native is None, reason="the C extension hpcprof.analysis._native is not built (no C compiler at install)")
 
 
 def _decode(path, monkeypatch, on: bool, **kw):
-    monkeypatch.setenv(native.ENV, "1" if on else "0")
+    monkeypatch.setenv(cext.ENV, "1" if on else "0")
     try:
         return stream.read_event_table(path, **kw)
     except Exception as exc:  # compared as (type, message) between both decodes
@@ -66,7 +67,7 @@ def test_extension_is_built_where_a_compiler_is():
     include = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not (shutil.which("cc") or shutil.which("gcc")) or not include.is_file():
         pytest.skip("no C compiler or Python headers here: the msgspec decode is the only one")
-    assert native._native is not None, "a C compiler is here but hpcprof.analysis.decode._native was not built (pip install -e . again)"
+    assert cext._native is not None, "a C compiler is here but hpcprof.analysis._native was not built (pip install -e . again)"
 
 
 def _trace_files():

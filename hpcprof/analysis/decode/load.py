@@ -8,11 +8,12 @@ every per-rank analysis, HTA's included, is built from that one decode.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import xxhash
 
 from ...rundir import RunDir
 from ..outputs.layout import TIMELINE_FILE
@@ -59,9 +60,11 @@ def discover_traces(path: Path) -> list[Path]:
 
 
 def file_digest(path: str | os.PathLike, chunk: int = 1 << 20, on_block=None) -> str:
-    """Content hash of a trace file (blake2b of its bytes, streamed); `on_block(n)` is called with
-    the size of each block hashed (a progress bar)."""
-    h = hashlib.blake2b(digest_size=20)
+    """Content hash of a trace file (XXH3-128 of its bytes, streamed; the parse cache's key, not a
+    security check: about 30 GB/s, where blake2b, used before, hashed 1.5 GB/s and took 15 ms of a
+    20 MB rank's 0.35 CPU-s); `on_block(n)` is called with the size of each block hashed (a progress
+    bar)."""
+    h = xxhash.xxh3_128()
     with open(path, "rb") as fh:
         while True:
             block = fh.read(chunk)

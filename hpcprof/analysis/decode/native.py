@@ -2,7 +2,7 @@
 
 Why: the typed msgspec decode (events.py) makes one Python object per event and per value, and
 turning them into columns costs about 25 ns a value and column: 0.15 of the 0.37 CPU-s of a 20 MB
-rank's analysis. `_native.c` (a small C extension, built by setup.py where a C compiler is found)
+rank's analysis. `hpcprof/analysis/_native.c` (a small C extension, built by setup.py where a C compiler is found)
 parses the JSON text of a run of events straight into one type code and one 8-byte value per event
 and field, and makes one Python object per distinct text or other non-number value, not per event.
 `pieces` turns those into exactly the pieces `_Columns._compact` builds from the records (int64
@@ -14,25 +14,17 @@ The native parser takes only what it handles exactly as msgspec does; on anythin
 that is not an object, "args" that is not an object, a key given twice or with escapes, an integer
 beyond int64, a number out of a double's range, bad UTF-8, invalid JSON) it returns None and the
 caller decodes that run with msgspec, as without the extension. No extension (no compiler at
-install time), or HPCPROF_NATIVE_DECODE=0 in the environment: every run goes through msgspec.
+install time), or HPCPROF_NATIVE=0 in the environment (analysis/cext.py): every run goes through msgspec.
 """
 
 from __future__ import annotations
-
-import os
 
 import msgspec
 import numpy as np
 
 from .events import DROPPED_KEYS, HTA_ARGS, NAN, OWN_ARGS, TOP_LEVEL
 
-try:
-    from . import _native
-except ImportError:  # built without a C compiler: msgspec decodes every run
-    _native = None
-
-ENV = "HPCPROF_NATIVE_DECODE"
-"""Set to 0 to decode with msgspec only (the extension is then never called)."""
+from .. import cext
 
 # type codes of _native.c
 C_INT, C_FLOAT, C_OBJ, C_NULL, C_TRUE, C_FALSE = range(6)
@@ -52,16 +44,17 @@ _TOP = frozenset(k for k, _r, is_arg, _d in _FIELDS if not is_arg)
 
 def available() -> bool:
     """Whether runs of events are decoded natively (extension built, not switched off)."""
-    return _native is not None and os.environ.get(ENV, "1") != "0"
+    return cext.get() is not None
 
 
 def columns_of(buf: bytes, start: int, end: int):
     """(events, {column: piece}, has_args) of the events in buf[start:end] (elements of traceEvents
     separated by commas), with the pieces `_Columns._compact` would build; None when the native
     parser leaves this run to msgspec (module docstring) or is not available."""
-    if not available():
+    ext = cext.get()
+    if ext is None:
         return None
-    got = _native.columns(buf, start, end, _SPEC, msgspec.json.decode)
+    got = ext.columns(buf, start, end, _SPEC, msgspec.json.decode)
     if got is None:
         return None
     n, cols, has, uniq = got

@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .. import cext
+
 TOP_OPERATORS = 30
 RUNTIME_CUTOFF_US = 50  # HTA's defaults for get_cuda_kernel_launch_stats
 LAUNCH_DELAY_CUTOFF_US = 100
@@ -55,12 +57,9 @@ def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS) -> pd.DataFrame:
     corr = _num(ev["correlation"]) if "correlation" in ev else np.full(len(ev), -1.0)
     gpu_i = np.flatnonzero(ok & cat.isin(GPU_CATS).to_numpy(dtype=bool))
     rt_i = np.flatnonzero(ok & cat.isin(RUNTIME_CATS).to_numpy(dtype=bool) & (corr >= 0))
-    gpu_by_corr = pd.Series(dur[gpu_i]).groupby(corr[gpu_i]).sum().to_dict() if gpu_i.size else {}
+    gpu_by_corr = pd.Series(dur[gpu_i]).groupby(corr[gpu_i]).sum() if gpu_i.size else pd.Series(dtype=float)
 
     n_ops = op_i.size
-    host_self = dur[op_i].tolist()
-    dev_total = [0.0] * n_ops
-    dev_self = [0.0] * n_ops
     # walk each thread's operators and runtime calls in time order (start, longest first, operators
     # before runtime calls) with a stack of open operators; the order of the walk, and so of every
     # floating-point sum, is that of sorting (tid, ts, -dur or 0, kind, row)
@@ -71,35 +70,65 @@ def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS) -> pd.DataFrame:
     order = np.lexsort((walked, kind, np.where(kind == 0, -dur[walked], 0.0), w_ts, tid_c))
     op_pos = np.concatenate([np.arange(n_ops), np.full(rt_i.size, -1)])
     # GPU time launched by each runtime call (0 where none)
-    g_rt = np.array([gpu_by_corr.get(c, 0.0) for c in corr[rt_i].tolist()]) if rt_i.size else np.zeros(0)
+    g_rt = np.zeros(rt_i.size)
+    if rt_i.size and gpu_by_corr.size:
+        keys, sums = gpu_by_corr.index.to_numpy(dtype=float), gpu_by_corr.to_numpy(dtype=float)  # keys sorted
+        c = corr[rt_i]
+        at = np.minimum(np.searchsorted(keys, c), keys.size - 1)
+        hit = keys[at] == c
+        g_rt[hit] = sums[at[hit]]
     g_w = np.concatenate([np.zeros(n_ops), g_rt])
-    op_end = (ts[op_i] + dur[op_i]).tolist()
-    op_dur = dur[op_i].tolist()
-    prev_tid = None
-    stack: list[int] = []
-    for tc, t0, k, g in zip(tid_c[order].tolist(), w_ts[order].tolist(), op_pos[order].tolist(), g_w[order].tolist()):
-        if tc != prev_tid:
-            stack = []
-            prev_tid = tc
-        while stack and op_end[stack[-1]] <= t0:
-            stack.pop()
-        if k >= 0:
-            if stack:
-                host_self[stack[-1]] -= op_dur[k]
-            stack.append(k)
-        elif g and stack:
-            dev_self[stack[-1]] += g
-            for j in stack:
-                dev_total[j] += g
+    op_end = ts[op_i] + dur[op_i]
+    host_self, dev_total, dev_self = _walk(tid_c[order], w_ts[order], op_pos[order], g_w[order], op_end, dur[op_i])
     names = ev["name"].iloc[op_i].to_numpy(dtype=object)
-    host_self = np.array(host_self)
     df = pd.DataFrame({"name": names, "host_total_us": dur[op_i], "host_self_us": np.clip(host_self, 0, None),
-                       "device_total_us": np.array(dev_total), "device_self_us": np.array(dev_self)})
+                       "device_total_us": dev_total, "device_self_us": dev_self})
     agg = df.groupby("name").agg(calls=("host_total_us", "size"), host_total_us=("host_total_us", "sum"),
                                  host_self_us=("host_self_us", "sum"), device_total_us=("device_total_us", "sum"),
                                  device_self_us=("device_self_us", "sum")).reset_index()
     keep = set(agg.nlargest(top, "host_total_us")["name"]) | set(agg[agg["device_total_us"] > 0].nlargest(top, "device_total_us")["name"])
     return agg[agg["name"].isin(keep)].sort_values("host_total_us", ascending=False, ignore_index=True)[cols]
+
+
+def _walk(tid: np.ndarray, t0: np.ndarray, op: np.ndarray, g: np.ndarray, op_end: np.ndarray,
+          op_dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(host self, device total, device self) per operator, from the walk (in walk order: thread code,
+    start, operator index or -1 for a runtime call, GPU time that call launched): a stack of the
+    thread's open operators; an operator's duration is taken from its parent's host self time, a
+    runtime call's GPU time goes to every open operator (total) and the innermost (self). In C
+    (analysis/_native.c: 1.4 ms against 22 ms for a 20 MB rank) where built, with the same
+    operations in the same order, so the same doubles; else in Python."""
+    n_ops = op_end.size
+    ext = cext.get()
+    if ext is not None:
+        host_self, dev_total, dev_self = op_dur.astype(np.float64), np.zeros(n_ops), np.zeros(n_ops)
+        ext.walk(np.ascontiguousarray(tid, dtype=np.int64), np.ascontiguousarray(t0, dtype=np.float64),
+                 np.ascontiguousarray(op, dtype=np.int64), np.ascontiguousarray(g, dtype=np.float64),
+                 np.ascontiguousarray(op_end, dtype=np.float64), np.ascontiguousarray(op_dur, dtype=np.float64),
+                 host_self, dev_total, dev_self)
+        return host_self, dev_total, dev_self
+    dur_l = op_dur.tolist()
+    host_self_l = list(dur_l)
+    dev_total_l = [0.0] * n_ops
+    dev_self_l = [0.0] * n_ops
+    end_l = op_end.tolist()
+    prev_tid = None
+    stack: list[int] = []
+    for tc, t, k, gk in zip(tid.tolist(), t0.tolist(), op.tolist(), g.tolist()):
+        if tc != prev_tid:
+            stack = []
+            prev_tid = tc
+        while stack and end_l[stack[-1]] <= t:
+            stack.pop()
+        if k >= 0:
+            if stack:
+                host_self_l[stack[-1]] -= dur_l[k]
+            stack.append(k)
+        elif gk and stack:
+            dev_self_l[stack[-1]] += gk
+            for j in stack:
+                dev_total_l[j] += gk
+    return np.array(host_self_l), np.array(dev_total_l), np.array(dev_self_l)
 
 
 def launch_stats(hta_trace, rank: int) -> pd.DataFrame:
