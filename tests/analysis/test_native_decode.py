@@ -20,6 +20,7 @@ import pytest
 
 from hpcprof.analysis import cext
 from hpcprof.analysis.decode import native, stream
+from hpcprof.analysis.decode.columns import TextCodes
 
 from .conftest import TRACES
 
@@ -201,5 +202,7 @@ def test_columns_of_refuses_a_run_that_is_not_whole_elements():
     assert native.columns_of(text + b",", 0, len(text) + 1) is None
     n, cols, has = native.columns_of(text, 0, len(text))
     assert n == 2
-    assert cols["name"][0] == "a}, {b" and math.isnan(cols["name"][1])  # a missing top-level key is NaN
+    assert isinstance(cols["name"], TextCodes)  # texts as codes into the distinct texts
+    name = cols["name"].values()
+    assert name[0] == "a}, {b" and math.isnan(name[1])  # a missing top-level key is NaN
     assert cols["ts"].tolist() == [1, 2] and not has.any()

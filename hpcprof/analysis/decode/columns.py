@@ -120,6 +120,11 @@ class _Columns:
         """The column `_column` (or pd.Series(dtype=object)) would build from all values at once."""
         if not pieces:
             return pd.Series([], dtype=object if object_dtype else None)
+        if all(isinstance(p, TextCodes) for p in pieces):
+            col = _coded_texts(pieces, object_dtype)
+            if col is not None:
+                return col
+        pieces = [p.values() if isinstance(p, TextCodes) else p for p in pieces]
         is_int = [isinstance(p, np.ndarray) and p.dtype == np.int64 for p in pieces]
         is_num = [isinstance(p, tuple) for p in pieces]
         if not object_dtype and all(is_int):
@@ -160,6 +165,52 @@ class _Columns:
             cols[name] = self._join(self.args.pop(name), True)
         cols["has_args"] = pd.Series(np.concatenate(self.has_args) if self.has_args else np.empty(0, dtype=bool), dtype=bool)
         return pd.DataFrame(cols)
+
+
+class TextCodes:
+    """A block's column whose values are all texts or missing (a top-level key an event lacks: NaN),
+    as codes into the block's distinct texts (-1: missing): what decode/native.py builds, so that
+    the column is made from the codes (`_coded_texts`) without an object per event."""
+
+    __slots__ = ("codes", "texts")
+
+    def __init__(self, codes: np.ndarray, texts: np.ndarray):
+        self.codes, self.texts = codes, texts
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def values(self) -> np.ndarray:
+        """The object array `_Columns._compact` builds for these values."""
+        out = self.texts[np.maximum(self.codes, 0)] if len(self.texts) else np.empty(len(self.codes), dtype=object)
+        out[self.codes < 0] = NAN
+        return out
+
+
+def _coded_texts(pieces: list, object_dtype: bool) -> pd.Series | None:
+    """The column `_join` builds from the values of `pieces` (all TextCodes), made from the codes:
+    as `_texts` does (a text column where the values repeat), or, for OBJECT_KEYS, the categorical
+    `categories()` makes (categories sorted). None where those rules build the column from the
+    values themselves (then the caller does)."""
+    texts = np.concatenate([p.texts for p in pieces])
+    gmap, uniq = pd.factorize(texts)  # the distinct texts of all blocks (few)
+    parts, off = [], 0
+    for p in pieces:
+        parts.append(np.where(p.codes >= 0, gmap[off + np.maximum(p.codes, 0)] if len(p.texts) else -1, -1))
+        off += len(p.texts)
+    codes = np.concatenate(parts)
+    if not len(uniq) or len(uniq) >= len(codes):
+        return None
+    if object_dtype:
+        uniq = np.asarray(uniq, dtype=object)
+        order = np.argsort(uniq, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        return pd.Series(pd.Categorical.from_codes(np.where(codes >= 0, rank[np.maximum(codes, 0)], -1), categories=uniq[order]))
+    inferred = pd.Series(list(uniq))
+    if not isinstance(inferred.dtype, pd.StringDtype):
+        return None
+    return pd.Series(inferred.array.take(codes, allow_fill=True))
 
 
 def _texts(values: np.ndarray) -> pd.Series:

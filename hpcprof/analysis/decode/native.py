@@ -22,6 +22,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from .columns import TextCodes
 from .events import DROPPED_KEYS, HTA_ARGS, NAN, OWN_ARGS, TOP_LEVEL
 
 from .. import cext
@@ -68,7 +69,8 @@ def columns_of(buf: bytes, start: int, end: int):
 def pieces(codes: np.ndarray, vals: np.ndarray, objs: np.ndarray):
     """One field's compact piece from its codes and values (see `_Columns._compact`): an int64 array
     when every value is an int; ("num", float64 values, which were ints, exact values or None) when
-    every value is a number; all None: an object array of None; else an object array of the values."""
+    every value is a number; all None: an object array of None; texts (and NaN, a missing top-level
+    key): columns.TextCodes; else an object array of the values."""
     n = codes.size
     count = np.bincount(codes, minlength=6)
     iv, fv = vals.view(np.int64), vals.view(np.float64)
@@ -85,6 +87,15 @@ def pieces(codes: np.ndarray, vals: np.ndarray, objs: np.ndarray):
             exact = f.astype(object)
             exact[isint] = iv[isint].astype(object)
         return ("num", f, isint, exact)
+    if count[C_OBJ] + count[C_FLOAT] == n and count[C_OBJ]:
+        # texts, and NaN (a missing top-level key) at most: as codes, if every value is a text
+        m = codes == C_OBJ
+        used, local = np.unique(iv[m], return_inverse=True)
+        texts = objs[used]
+        if all(type(t) is str for t in texts.tolist()) and np.isnan(fv[~m]).all():
+            c = np.full(n, -1, dtype=np.int64)
+            c[m] = local
+            return TextCodes(c, texts)
     out = np.empty(n, dtype=object)
     if count[C_OBJ]:
         m = codes == C_OBJ
