@@ -2,8 +2,8 @@
 
 Why: the typed msgspec decode (events.py) makes one Python object per event and per value, and
 turning them into columns costs about 25 ns a value and column: 0.15 of the 0.37 CPU-s of a 20 MB
-rank's analysis. `hpcprof/analysis/_native.c` (a small C extension, built by setup.py where a C compiler is found)
-parses the JSON text of a run of events straight into one type code and one 8-byte value per event
+rank's analysis. `hpcprof/analysis/_native.c` (a small C extension, built by setup.py where a C
+compiler is found) parses the JSON text of a run of events straight into one type code and one 8-byte value per event
 and field, and makes one Python object per distinct text or other non-number value, not per event.
 `pieces` turns those into exactly the pieces `_Columns._compact` builds from the records (int64
 arrays, ("num", ...) tuples, object arrays), so the event table is the same, value for value and
@@ -22,10 +22,9 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from .. import cext
 from .columns import TextCodes
 from .events import DROPPED_KEYS, HTA_ARGS, NAN, OWN_ARGS, TOP_LEVEL
-
-from .. import cext
 
 # type codes of _native.c
 C_INT, C_FLOAT, C_OBJ, C_NULL, C_TRUE, C_FALSE = range(6)
@@ -40,7 +39,6 @@ _FIELDS = (
 )
 _SPEC = [(raw.encode(), is_arg, default) for _name, raw, is_arg, default in _FIELDS]
 _NAMES = [name for name, _raw, _is_arg, _default in _FIELDS]
-_TOP = frozenset(k for k, _r, is_arg, _d in _FIELDS if not is_arg)
 
 
 def available() -> bool:
