@@ -93,6 +93,11 @@ def test_rematch_is_its_definition(seed, monkeypatch):
     got = matching._rematch(df, tol)
     pd.testing.assert_frame_equal(got, want)
     assert list(got["key"]) == list(want["key"])
+    # the grouping rules, stated apart from the definition's code (which shares _rematch's last lines)
+    g = got.groupby("key")
+    assert (g.size() >= 2).all() and (g["rank"].nunique() == g.size()).all()
+    assert (g["kind"].nunique() == 1).all() and (g["group"].nunique() == 1).all()
+    assert got["end"].notna().all() and not got.index.duplicated().any()
 
 
 def test_rematch_groups_a_collective_across_many_ranks():
