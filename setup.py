@@ -11,8 +11,9 @@ setup(
     packages=find_packages(include=["hpcprof", "hpcprof.*"]) + ["hpcprof.slurm.templates"],
     package_dir={"hpcprof.slurm.templates": "slurm"},
     package_data={"hpcprof.slurm.templates": ["*.sbatch"]},
-    # the native decode of trace events (hpcprof/analysis/decode/native.py); optional: without a C
-    # compiler the install goes on and msgspec decodes every trace (the same tables, slower)
-    ext_modules=[Extension("hpcprof.analysis._native", ["hpcprof/analysis/_native.c"], optional=True,
+    # the analysis' C helpers (hpcprof/analysis/cext.py: the decode's columns, the operator walk);
+    # optional: without a C compiler the install goes on and the Python twins run (same results, slower)
+    ext_modules=[Extension("hpcprof.analysis._native", ["hpcprof/analysis/_native.c", "hpcprof/analysis/_native_walk.c"],
+                           depends=["hpcprof/analysis/_native.h"], optional=True,
                            extra_compile_args=["-O2"])],
 )

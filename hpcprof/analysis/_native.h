@@ -1,0 +1,9 @@
+/* Functions of the extension hpcprof.analysis._native defined outside _native.c. */
+#ifndef HPCPROF_NATIVE_H
+#define HPCPROF_NATIVE_H
+#include <Python.h>
+
+/* _native_walk.c: ranks/operators.py's operator walk */
+PyObject *native_walk(PyObject *self, PyObject *args);
+
+#endif
