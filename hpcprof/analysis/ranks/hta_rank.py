@@ -17,8 +17,10 @@ import math
 import os
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from .gpu_breakdown import kernel_stats
 from .operators import launch_stats
 
 # HTA's default for get_idle_time_breakdown (nanoseconds in its doc, trace units in practice).
@@ -72,10 +74,11 @@ def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | list | None =
     """
     t, loader = load_hta_trace(trace_path, rank, table, meta)
     gpu = gpu_events(t, rank)
+    stats = kernel_stats(gpu["kernel_name"], gpu["dur"])
     out: dict[str, Any] = {"loader": loader}
-    out.update(classified_analyses(t, rank, gpu) if loader == "fast" else hta_analyses(t, rank))
-    out["kernels_all"] = _all_kernels(gpu, rank)
-    out["launch_stats"] = launch_stats(t, rank)  # HTA's own kernel-launch statistics (ranks/operators.py)
+    out.update(classified_analyses(t, rank, gpu, stats=stats) if loader == "fast" else hta_analyses(t, rank))
+    out["kernels_all"] = _all_kernels(gpu, rank, stats)
+    out["launch_stats"] = launch_stats(t, rank)  # HTA's kernel-launch statistics (ranks/operators.py)
     kall = out["kernels_all"]
     kall["kernel_type_hpcprof"] = kall["kernel_type"]
     if extra_comm:
@@ -83,7 +86,7 @@ def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | list | None =
 
         ours = gpu.copy()
         ours.loc[ours["correlation"].isin(extra_comm), "kernel_type"] = KernelType.COMMUNICATION.name
-        out["ours"] = classified_analyses(t, rank, ours, idle=False)
+        out["ours"] = classified_analyses(t, rank, ours, idle=False, tops=False)
         by_name = ours.groupby("kernel_name")["kernel_type"].agg(lambda s: s.mode().iloc[0])
         kall["kernel_type_hpcprof"] = kall["name"].map(by_name)
     return out
@@ -136,85 +139,79 @@ def _idle(t, rank: int) -> pd.DataFrame:
     return idle.reset_index(drop=True)
 
 
-def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: bool = True) -> dict[str, Any]:
-    """The same four results as `hta_analyses`, with every GPU event classified ONCE.
+def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: bool = True, stats: pd.DataFrame | None = None,
+                        tops: bool = True) -> dict[str, Any]:
+    """The same four results as `hta_analyses`, with every GPU event classified ONCE and the
+    breakdowns computed on numpy (ranks/gpu_breakdown.py, HTA's exact numbers).
 
     HTA's temporal breakdown, overlap and kernel breakdown each classify every GPU event again with
-    a row-wise `apply(get_kernel_type, axis=1)` (about half of their time). Here the kernel type is
-    looked up once per distinct kernel name (HTA's `get_kernel_type`) and the three results are
-    computed from that one classified frame with HTA's interval helpers (`merge_kernel_intervals`,
-    the idle-time and kernel-time aggregations of `BreakdownAnalysis`) and the same definitions:
+    a row-wise `apply(get_kernel_type, axis=1)`, and each is a chain of pandas copies, sorts and
+    groupbys. Here the kernel type is looked up once per distinct kernel name (HTA's
+    `get_kernel_type`, `gpu_events`) and the results are computed from that one classified frame
+    with HTA's definitions:
     - temporal: kernel time = last kernel end - first kernel start; idle = kernel time - merged
       busy time of all GPU events; compute = merged time of COMPUTATION kernels; non-compute = the
       rest; percentages of kernel time rounded to 2 decimals;
     - overlap: time during which merged COMPUTATION and merged COMMUNICATION kernels both run,
       over the merged COMMUNICATION time (NaN without communication), in % rounded to 2 decimals;
     - kernel breakdown: time per kernel type (COMPUTATION, COMMUNICATION, MEMORY and their
-      overlaps), and per type the top kernels by total duration (DURATION_RATIO, TOP_KERNELS).
-    The idle-time breakdown does not classify kernels and is HTA's own call (`idle=False`: left out).
-    `gpu` may carry other kernel types than HTA's (run_hta_rank's "ours"). Equality with
+      overlaps), and per type the top kernels by total duration (DURATION_RATIO, TOP_KERNELS), from
+      the per-name statistics `stats` (gpu_breakdown.kernel_stats; computed here when not given);
+    - idle-time breakdown per stream (`idle=False`: left out).
+    Where gpu_breakdown declines a case (a time that makes its exact replay unsure), HTA's own
+    function computes that part. `gpu` may carry other kernel types than HTA's (run_hta_rank's
+    "ours", with `tops=False`: the top kernels assume one type per name). Equality with
     `hta_analyses` is tested on every real trace of tests/data (tests/analysis/test_fast_loader.py).
     """
     from hta.analyzers.breakdown_analysis import BreakdownAnalysis
-    from hta.utils.utils import KernelType, merge_kernel_intervals
+    from hta.utils.utils import KernelType
 
+    from . import gpu_breakdown as gb
     from .timeline import Intervals
 
     if gpu is None:
         gpu = gpu_events(t, rank)
     comp_name, comm_name = KernelType.COMPUTATION.name, KernelType.COMMUNICATION.name
+    kinds = [comp_name, comm_name, KernelType.MEMORY.name]
+    ts, dur, types = gpu["ts"].to_numpy(), gpu["dur"].to_numpy(), gpu["kernel_type"].to_numpy()
 
-    idle_us, kernel_us = BreakdownAnalysis._get_idle_time_for_kernels(gpu[["ts", "dur"]].copy())
-    comp = merge_kernel_intervals(gpu[gpu["kernel_type"].eq(comp_name)].copy())
-    compute_us = comp["end"].sum() - comp["ts"].sum()
-    non_compute_us = kernel_us - compute_us - idle_us
-    if not (idle_us <= kernel_us and compute_us <= kernel_us and non_compute_us >= 0):
-        raise ValueError(f"inconsistent GPU times on rank {rank}: idle {idle_us}, compute {compute_us}, span {kernel_us}")
-    temporal = pd.DataFrame(
-        {
-            "rank": [rank],
-            "idle_time(us)": [idle_us],
-            "compute_time(us)": [compute_us],
-            "non_compute_time(us)": [non_compute_us],
-            "kernel_time(us)": [kernel_us],
-        }
-    )
-    for part in ("idle_time", "compute_time", "non_compute_time"):
-        temporal[f"{part}_pctg"] = (100 * (temporal[f"{part}(us)"] / temporal["kernel_time(us)"])).round(2)
-
-    comm = merge_kernel_intervals(gpu[gpu["kernel_type"].eq(comm_name)].copy())
-    comm_us = float((comm["end"] - comm["ts"]).sum())
-    both_us = float(Intervals(comp["ts"], comp["end"]).covered(comm["ts"].to_numpy(), comm["end"].to_numpy()).sum())
+    temporal = gb.temporal(ts, dur, types == comp_name, rank)
+    cs, ce = gb.merge_intervals(ts[types == comp_name], dur[types == comp_name])
+    ms, me = gb.merge_intervals(ts[types == comm_name], dur[types == comm_name])
+    comm_us = float(np.add.reduce(me - ms))
+    both_us = float(Intervals(cs, ce).covered(ms, me).sum())
     overlap_pct = round(100 * (both_us / comm_us), 2) if comm_us > 0 else None
 
-    named = gpu.assign(name=gpu["kernel_name"])
-    kinds = [comp_name, comm_name, KernelType.MEMORY.name]
-    ktime = BreakdownAnalysis._get_gpu_kernel_type_time(named, kinds)
-    ktime = ktime.groupby("kernel_type", as_index=False)["sum"].sum().sort_values("sum", ascending=False, ignore_index=True)
-    tops = []
-    for k in kinds:
-        top = BreakdownAnalysis._aggr_gpu_kernel_time(named[named["kernel_type"] == k], num_kernels=TOP_KERNELS, duration_ratio=DURATION_RATIO)
-        tops.append(top.assign(kernel_type=k, rank=int(rank)))
-    kernels_top = (
-        pd.concat(tops, ignore_index=True)
-        .sort_values(["kernel_type", "name", "rank"], ignore_index=True)
-        .rename(columns={"sum": "sum (us)", "mean": "mean (us)", "max": "max (us)", "min": "min (us)", "std": "stddev"})
-    )
-    return {
-        "temporal": temporal,
-        "overlap_pct": overlap_pct,
-        "idle": _idle(t, rank) if idle else None,
-        "kernel_type": ktime[["kernel_type", "sum"]],
-        "kernels_top": kernels_top,
-    }
+    ktime = gb.kernel_type_time(ts, dur, types, kinds)
+    if ktime is None:
+        ktime = BreakdownAnalysis._get_gpu_kernel_type_time(gpu.assign(name=gpu["kernel_name"]), kinds)
+    ktime = gb.kernel_type_order(ktime)
+    out = {"temporal": temporal, "overlap_pct": overlap_pct, "kernel_type": ktime[["kernel_type", "sum"]]}
+    if tops:
+        if stats is None:
+            stats = gb.kernel_stats(gpu["kernel_name"], gpu["dur"])
+        one = gpu[["kernel_name", "kernel_type"]].drop_duplicates("kernel_name", keep="last")
+        stats_type = stats["name"].map(dict(zip(one["kernel_name"], one["kernel_type"]))).to_numpy()
+        parts = [gb.top_kernels(stats[stats_type == k], TOP_KERNELS, DURATION_RATIO).assign(kernel_type=k, rank=int(rank))
+                 for k in kinds]
+        out["kernels_top"] = (
+            pd.concat(parts, ignore_index=True)
+            .sort_values(["kernel_type", "name", "rank"], ignore_index=True)
+            .rename(columns={"sum": "sum (us)", "mean": "mean (us)", "max": "max (us)", "min": "min (us)", "std": "stddev"})
+        )
+    if idle:
+        df = t.get_trace(rank)
+        res = gb.idle_breakdown(df, t.symbol_table.get_sym_id_map(), CONSECUTIVE_KERNEL_DELAY, rank)
+        out["idle"] = res if res is not None else _idle(t, rank)
+    else:
+        out["idle"] = None
+    return out
 
 
-def _all_kernels(gpu: pd.DataFrame, rank: int) -> pd.DataFrame:
+def _all_kernels(gpu: pd.DataFrame, rank: int, stats: pd.DataFrame) -> pd.DataFrame:
     """Every GPU kernel name on this rank with count/sum/max/min/mean/std of durations (us), from
-    `gpu_events`."""
-    g = gpu.groupby("kernel_name")["dur"]
-    agg = g.agg(["count", "sum", "max", "min", "mean", "std"]).reset_index().rename(columns={"kernel_name": "name"})
-    agg = agg.fillna({"std": 0.0})
+    `gpu_events` and its per-name statistics (gpu_breakdown.kernel_stats)."""
+    agg = stats.copy()
     # the type of each name (a function of the name: gpu_events), from one row per name, not a dict
     # built over every kernel (a Python object per kernel: 7 ms of a 20 MB rank)
     one = gpu[["kernel_name", "kernel_type"]].drop_duplicates("kernel_name", keep="last")

@@ -1,0 +1,246 @@
+"""HTA's per-rank GPU breakdowns, computed on numpy arrays with HTA's exact results.
+
+HTA's temporal breakdown, kernel-type breakdown, idle-time breakdown and kernel-launch statistics
+(hta.analyzers.breakdown_analysis, cuda_kernel_analysis) are written as chains of pandas
+operations: a copy, a sort, a groupby and a merge per kernel type and per stream. On a 20 MB rank
+they took 50 of the 88 ms HTA's part of the map costs. The functions here compute the same
+numbers on the columns of HTA's own per-rank frame (`Trace.get_trace(rank)`), with the same
+operations where the result depends on them:
+
+- intervals are merged with HTA's rule (`merge_kernel_intervals`: sorted by start; an interval
+  starting after every earlier end opens a new group; touching intervals are one);
+- a sum that pandas takes with `Series.sum` is `np.add.reduce` over the same array in the same
+  order (pandas calls exactly that); the sort HTA does with `sort_values` is `np.argsort(kind=
+  "quicksort")` over the same array, so ties come out in HTA's order (the kernel-type breakdown
+  keeps the zero-length states that ties create, as HTA does);
+- a sum that pandas takes in a `groupby` (compensated summation) is taken here only where its
+  terms are whole numbers below 2**53, where every order gives the same exact sum; otherwise
+  the function hands the case to HTA's own code (`None` returned, the caller calls HTA).
+
+tests/analysis/test_gpu_breakdown.py compares every function with HTA's own, frame for frame
+(values and dtypes), on every GPU trace of tests/data and on generated frames full of ties,
+zero durations, missing kernel types and fractional times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+EXACT = float(2**53)
+"""Whole numbers below this are exact in float64 and their sums exact in any order."""
+
+
+def merge_intervals(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """hta.utils.utils.merge_kernel_intervals on the columns ts, dur: the merged (start, end) in
+    start order, with HTA's dtypes (start: ts's, end: that of ts + dur)."""
+    if not len(ts):
+        return ts[:0], (ts[:0] + dur[:0])
+    order = np.argsort(ts, kind="stable")  # the groups do not depend on the order of equal starts
+    s = ts[order]
+    e = s + dur[order]
+    run = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+def _whole(x: np.ndarray) -> bool:
+    """Whether summing `x` (floats or ints) gives the same exact result in every order."""
+    if x.dtype.kind in "iub":
+        return True
+    x = x[~np.isnan(x)]
+    return bool(np.all(np.isfinite(x)) and np.all(x == np.floor(x)) and np.abs(x).sum() < EXACT)
+
+
+def temporal(ts: np.ndarray, dur: np.ndarray, comp: np.ndarray, rank: int) -> pd.DataFrame:
+    """HTA's temporal breakdown of one rank (BreakdownAnalysis.get_temporal_breakdown's row): kernel
+    time = last end - first start of all GPU events; idle = kernel time - their merged time;
+    compute = merged time of the COMPUTATION events (`comp`); non-compute = the rest."""
+    ms, me = merge_intervals(ts, dur)
+    kernel_us = me[-1] - ms[0]
+    idle_us = kernel_us - (np.add.reduce(me) - np.add.reduce(ms))
+    cs, ce = merge_intervals(ts[comp], dur[comp])
+    compute_us = np.add.reduce(ce) - np.add.reduce(cs)
+    non_compute_us = kernel_us - compute_us - idle_us
+    if not (idle_us <= kernel_us and compute_us <= kernel_us and non_compute_us >= 0):
+        raise ValueError(f"inconsistent GPU times on rank {rank}: idle {idle_us}, compute {compute_us}, span {kernel_us}")
+    row = {"rank": [rank], "idle_time(us)": [idle_us], "compute_time(us)": [compute_us],
+           "non_compute_time(us)": [non_compute_us], "kernel_time(us)": [kernel_us]}
+    for part, v in (("idle_time", idle_us), ("compute_time", compute_us), ("non_compute_time", non_compute_us)):
+        row[f"{part}_pctg"] = [np.round(100 * (np.asarray([v]) / np.asarray([kernel_us])), 2)[0]]
+    return pd.DataFrame(row)
+
+
+def kernel_type_time(ts: np.ndarray, dur: np.ndarray, types: np.ndarray, kinds: list[str]) -> pd.DataFrame | None:
+    """BreakdownAnalysis._get_gpu_kernel_type_time: the time during which each combination of the
+    kernel types `kinds` runs ("A", "A overlapping B", ...), columns kernel_type, sum (None where a
+    time is NaN: HTA's sort puts those last, left to HTA's code). HTA melts each type's merged
+    intervals (every start, then every end) onto the rows so far and sorts them by time; the
+    running bitmask of the types then labels each stretch up to the next row."""
+    if np.isnan(ts.astype(np.float64)).any() or np.isnan(dur.astype(np.float64)).any():
+        return None
+    time = np.empty(0, dtype=np.int64)  # HTA starts from an empty int column
+    status = np.empty(0, dtype=np.int64)
+    for i, kind in enumerate(kinds):
+        sel = types == kind
+        s, e = merge_intervals(ts[sel], dur[sel])
+        # numpy's promotion is pandas' here: an empty kind still turns int times into floats when
+        # its end column is float (ts + dur with float durations), as HTA's concat does
+        time = np.concatenate([time, s, e])
+        status = np.concatenate([status, np.full(len(s), 1 << i), np.full(len(s), -(1 << i))])
+        order = np.argsort(time, kind="quicksort")  # HTA's sort_values(by="time"), ties in its order
+        time, status = time[order], status[order]
+    running = np.cumsum(status)
+    # next time - time, as HTA takes it: the next time shifted in (a float column), then astype(int)
+    gap = (time[1:].astype(np.float64) - time[:-1]).astype(np.int64)
+    on = running[:-1] > 0
+    states, gap = running[:-1][on], gap[on]
+    names = {u: " overlapping ".join(k for i, k in enumerate(kinds) if u & (1 << i)) for u in np.unique(states).tolist()}
+    labels = sorted(set(names.values()))
+    code = {n: j for j, n in enumerate(labels)}
+    lut = np.zeros(int(states.max()) + 1 if len(states) else 1, dtype=np.int64)
+    for u, n in names.items():
+        lut[u] = code[n]
+    # whole numbers: the float sums of bincount are exact below 2**53
+    total = np.bincount(lut[states], weights=gap, minlength=len(labels)) if len(states) else np.zeros(0)
+    if np.abs(gap).sum() >= EXACT:
+        return None
+    return pd.DataFrame({"kernel_type": pd.array(labels, dtype="str"), "sum": total.astype(np.int64)})
+
+
+def sort_desc(values: np.ndarray) -> np.ndarray:
+    """pandas' `sort_values(ascending=False)` order of a column without NaN (nargsort): reversed,
+    argsorted with quicksort, reversed again; ties in pandas' order."""
+    idx = np.arange(len(values))[::-1]
+    return idx[values[::-1].argsort(kind="quicksort")][::-1]
+
+
+def kernel_type_order(ktime: pd.DataFrame) -> pd.DataFrame:
+    """`ktime.groupby("kernel_type", as_index=False)["sum"].sum().sort_values("sum", ascending=False,
+    ignore_index=True)` for kernel_type_time's table (one row per type, already in key order)."""
+    return ktime.take(sort_desc(ktime["sum"].to_numpy())).reset_index(drop=True)
+
+
+KERNEL_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events")
+"""The categories of GPU events HTA's idle-time breakdown looks at (its list: no cuda_sync)."""
+IDLE_NAMES = {0: "host_wait", 1: "kernel_wait", 2: "other"}
+"""hta.utils.utils.IdleTimeType: value -> the name the breakdown writes."""
+
+
+def idle_breakdown(df: pd.DataFrame, sym_ids: dict, delay: float, rank: int) -> pd.DataFrame | None:
+    """BreakdownAnalysis.get_idle_time_breakdown for one rank's frame `df` (HTA's, indexed by its
+    `index` column): per GPU stream, the gaps before each kernel (sorted by start) that are host
+    wait (the kernel's runtime call started after the previous kernel's end), kernel wait (a gap
+    below `delay`) or other; columns rank, stream, idle_category, idle_time, idle_time_ratio,
+    rounded to 2 decimals as HTA does. None where the index has a label twice (HTA's join would
+    then give a kernel several rows: left to HTA's code)."""
+    labels = df.index.to_numpy()
+    by_label = np.argsort(labels, kind="stable")
+    sorted_labels = labels[by_label]
+    if len(labels) > 1 and not (sorted_labels[1:] > sorted_labels[:-1]).all():
+        return None
+    cat_ids = [sym_ids.get(c, -1000) for c in KERNEL_CATS]
+    stream_all = df["stream"].to_numpy()
+    sel = (stream_all != -1) & np.isin(df["cat"].to_numpy(), cat_ids)
+    ts_all = df["ts"].to_numpy()
+    ts, dur, stream = ts_all[sel], df["dur"].to_numpy()[sel], stream_all[sel]
+    link = df["index_correlation"].to_numpy()[sel]
+    # the join on index_correlation: the correlated event's start, NaN where there is none
+    pos = np.searchsorted(sorted_labels, link).clip(0, max(len(labels) - 1, 0))
+    found = sorted_labels[pos] == link if len(labels) else np.zeros(len(link), dtype=bool)
+    runtime = np.where(found, ts_all[by_label[pos]].astype(np.float64) if len(labels) else 0.0, np.nan)
+    cats, times, streams = [], [], []
+    for s in pd.unique(stream):
+        on = stream == s
+        t, d, r = ts[on], dur[on], runtime[on]
+        order = np.argsort(t, kind="quicksort")  # HTA's sort_values(by="ts"): ties in its order
+        t, d, r = t[order], d[order], r[order]
+        prev = np.empty(len(t), dtype=np.float64)
+        prev[0] = np.nan
+        prev[1:] = t[:-1] + d[:-1]
+        gap = t - prev
+        host = r > prev
+        cat = np.full(len(t), 2)
+        cat[host] = 0
+        cat[~host & (gap < delay)] = 1
+        present = np.unique(cat)
+        if _whole(gap):
+            sums = np.array([np.add.reduce(np.nan_to_num(gap[cat == c])) for c in present], dtype=np.float64)
+        else:  # pandas' compensated groupby sum, over the same values in the same order
+            sums = pd.Series(gap).groupby(cat).sum().to_numpy()
+        cats.extend(present.tolist())
+        streams.append(np.full(len(present), s, dtype=stream.dtype))
+        with np.errstate(invalid="ignore", divide="ignore"):  # no idle time at all: NaN, as in HTA
+            times.append(np.stack([sums, sums / np.add.reduce(sums)]))
+    both = np.concatenate(times, axis=1) if times else np.zeros((2, 0))
+    return pd.DataFrame({"rank": np.full(len(cats), rank, dtype=np.int64),
+                         "stream": np.concatenate(streams) if streams else stream[:0],
+                         "idle_category": pd.array([IDLE_NAMES[c] for c in cats], dtype="str"),
+                         "idle_time": both[0], "idle_time_ratio": both[1]}).round(2)
+
+
+LAUNCH_NAMES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "runFunction - job_prep_and_submit_for_execution",
+                "cudaMemsetAsync", "cudaMemcpyAsync")
+"""The runtime calls whose launches HTA's kernel-launch statistics count (memory events included)."""
+
+
+def launch_stats(df: pd.DataFrame, sym_ids: dict) -> pd.DataFrame | None:
+    """CudaKernelAnalysis.cuda_kernel_launch_stats for one rank's frame (memory events included):
+    each launch's runtime call (CPU side) joined with its GPU event on the correlation id; columns
+    correlation, cpu_duration, gpu_duration, launch_delay (GPU start - call end, at least 0). None
+    where a correlation id appears twice on one side (HTA's merge then pairs every two; left to it)."""
+    ids = [sym_ids[n] for n in LAUNCH_NAMES if n in sym_ids]
+    corr = df["correlation"].to_numpy()
+    if corr.dtype.kind == "f" and np.isnan(corr).any():
+        return None  # pandas' isin matches NaN with NaN, numpy's does not
+    wanted = np.unique(corr[np.isin(df["name"].to_numpy(), ids)])
+    stream = df["stream"].to_numpy()
+    hit = np.isin(corr, wanted)
+    cpu = np.flatnonzero(hit & (stream == -1))
+    gpu = np.flatnonzero(hit & (stream != -1))
+    cc, gc = corr[cpu], corr[gpu]
+    if len(np.unique(cc)) != len(cc) or len(np.unique(gc)) != len(gc):
+        return None
+    order = np.argsort(gc, kind="stable")
+    pos = np.searchsorted(gc[order], cc).clip(0, max(len(gc) - 1, 0))
+    ok = gc[order][pos] == cc if len(gc) else np.zeros(len(cc), dtype=bool)
+    li, gi = cpu[ok], gpu[order[pos[ok]]]  # the inner merge, in the order of the CPU side
+    ts, dur = df["ts"].to_numpy(), df["dur"].to_numpy()
+    delay = ts[gi] - ts[li] - dur[li]
+    keep = delay >= 0
+    if delay.dtype.kind == "f":
+        keep |= np.isnan(delay)
+    return pd.DataFrame({"correlation": corr[li], "cpu_duration": dur[li], "gpu_duration": dur[gi],
+                         "launch_delay": np.where(keep, delay, 0)})
+
+
+STATS = ["sum", "max", "min", "mean", "std"]
+
+
+def kernel_stats(name: pd.Series, dur: pd.Series) -> pd.DataFrame:
+    """Per kernel name (sorted): count, sum, max, min, mean, std (0 for one kernel) of the
+    durations, pandas' groupby aggregates (its summation and variance, as HTA gets them)."""
+    agg = dur.groupby(name).agg(["count", *STATS])
+    agg.index.name = "name"
+    return agg.reset_index().fillna({"std": 0.0})
+
+
+def top_kernels(stats: pd.DataFrame, num_kernels: int, duration_ratio: float) -> pd.DataFrame:
+    """BreakdownAnalysis._aggr_gpu_kernel_time from the per-name statistics of the kernels of one
+    type (kernel_stats' rows of those names, in name order): sorted by total time, and beyond the
+    first `num_kernels`, or past the `duration_ratio` quantile of the running total, the rest
+    grouped as "others" (its statistics taken over the grouped kernels' totals)."""
+    g = stats[["name", *STATS]].reset_index(drop=True)
+    g = g.take(sort_desc(g["sum"].to_numpy())).reset_index(drop=True)
+    if len(g) <= num_kernels:
+        return g
+    cum = g["sum"].cumsum()
+    q = cum.quantile(duration_ratio)
+    names = g["name"].to_numpy(dtype=object).copy()
+    names[(cum > q).to_numpy() | (np.arange(len(g)) >= num_kernels)] = "others"
+    out = g["sum"].groupby(names).agg(STATS)
+    out.index.name = "name"
+    return out.reset_index().fillna({"std": 0})
