@@ -55,6 +55,13 @@ def assert_same_frame(path) -> None:
     for col in ref.columns:
         assert ours[col].dtype == ref[col].dtype, f"{col}: {ours[col].dtype} != HTA's {ref[col].dtype}"
         pd.testing.assert_series_equal(ours[col], ref[col], check_names=False, obj=f"column {col}")
+    # the frame the map builds: only the columns the analyses read, the same rows and values
+    part = _decoded_frame(hta_frame.hta_trace(str(path), 0, table, decoded.meta, hta_frame.ANALYSIS_COLUMNS))
+    assert sorted(part.columns) == sorted(hta_frame.ANALYSIS_COLUMNS)
+    assert part.index.equals(ref.index), "different rows (analysis columns only)"
+    for col in part.columns:
+        assert part[col].dtype == ref[col].dtype, f"{col}: {part[col].dtype} != HTA's {ref[col].dtype}"
+        pd.testing.assert_series_equal(part[col], ref[col], check_names=False, obj=f"column {col} (analysis columns only)")
 
 
 @pytest.mark.parametrize("path", _shared_trace_files(), ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
@@ -105,7 +112,8 @@ def test_classified_analyses_equal_hta_analyzers(path):
 
     decoded = read_trace(path)
     t = hta_frame.hta_trace(str(path), 0, events.event_table(decoded), decoded.meta)
-    ref, ours = hta_analyses(t, 0), classified_analyses(t, 0)
+    part = hta_frame.hta_trace(str(path), 0, events.event_table(decoded), decoded.meta, hta_frame.ANALYSIS_COLUMNS)
+    ref, ours = hta_analyses(t, 0), classified_analyses(part, 0)
     pd.testing.assert_frame_equal(ours["temporal"], ref["temporal"], check_dtype=False)
     assert ours["overlap_pct"] == ref["overlap_pct"]  # None when the rank has no communication kernels
     pd.testing.assert_frame_equal(ours["kernel_type"], ref["kernel_type"], check_dtype=False)

@@ -64,7 +64,7 @@ def _hta_frame(path):
     table = events.event_table(decoded)
     if hta_frame.fast_path_problem(table) is not None:
         pytest.skip(f"{path.name}: {hta_frame.fast_path_problem(table)}")
-    return hta_frame.hta_trace(str(path), 0, table, decoded.meta)
+    return hta_frame.hta_trace(str(path), 0, table, decoded.meta, hta_frame.ANALYSIS_COLUMNS)  # as the map builds it
 
 
 def _assert_all_equal(t, gpu: pd.DataFrame) -> None:

@@ -100,11 +100,13 @@ def _compress(df: pd.DataFrame):
 
     keep = df["dur"].notna() & df["cat"].notna()
     keep &= df["cat"].ne("Trace").fillna(True)
-    df = df.drop(columns=[c for c in _DROP if c in df.columns] + [n for n, _ in OWN_ARGS] + ["has_args"])
+    df = df.drop(columns=[c for c in [*_DROP, *(n for n, _ in OWN_ARGS), "has_args"] if c in df.columns])
     df = df.loc[keep]
     # HTA builds each args column with Series.apply over the kept rows; rebuild them from the kept
     # values so that pandas infers the column type from exactly those rows.
     for name, _raw, _default in HTA_ARGS:
+        if name not in df.columns:  # a frame of ANALYSIS_COLUMNS only
+            continue
         col = df[name]
         if col.dtype == object:
             df[name] = pd.Series(col.tolist(), index=col.index)
@@ -156,15 +158,25 @@ def _add_iteration(df: pd.DataFrame, table) -> None:
     df["iteration"] = pd.to_numeric(pd.Series(it, index=df.index), downcast="integer")
 
 
-def hta_frame(table: pd.DataFrame | list):
+ANALYSIS_COLUMNS = ("index", "cat", "name", "ts", "dur", "stream", "correlation", "index_correlation", "end")
+"""The columns of HTA's frame that the per-rank analyses read (ranks/hta_rank.py, ranks/gpu_breakdown.py,
+and HTA's analyzers where those hand a case to them: its idle-time, kernel-type and launch
+breakdowns, and the filter of `align_and_filter_trace`)."""
+
+
+def hta_frame(table: pd.DataFrame | list, columns: tuple[str, ...] | None = None):
     """HTA's per-rank frame and symbol table, as `parse_trace_file` returns them (before the Trace
     aligns and filters it). `table` is not modified; passed as a one-element list, it is taken out
     of the list and consumed (changed in place and freed as the frame is built: no copy of a 1 GB
-    rank's table beside it)."""
+    rank's table beside it). `columns` (ANALYSIS_COLUMNS): only those columns of HTA's frame, with
+    the same rows, index and values (each column is built from the event table's own columns,
+    whatever the others are); without `iteration`, which no analysis of ours reads."""
     from hta.common.trace import add_fwd_bwd_links, transform_correlation_to_index
 
     box = table if isinstance(table, list) else [table.copy()]
     df = box.pop()
+    if columns is not None:
+        df = df[[c for c in df.columns if c in columns]]
     _round_down_time_stamps(df)
     df.insert(0, "index", pd.to_numeric(pd.Series(np.arange(len(df)), index=df.index), downcast="integer"))
     box = [df]
@@ -172,20 +184,22 @@ def hta_frame(table: pd.DataFrame | list):
     df, symbols = _compress(box.pop())
     add_fwd_bwd_links(df)
     df = transform_correlation_to_index(df, symbols)
-    _add_iteration(df, symbols)
+    if columns is None or "iteration" in columns:
+        _add_iteration(df, symbols)
     df["end"] = df["ts"] + df["dur"]
     return df, symbols
 
 
-def hta_trace(trace_path: str, rank: int, table: pd.DataFrame | list, meta: dict[str, Any]):
+def hta_trace(trace_path: str, rank: int, table: pd.DataFrame | list, meta: dict[str, Any],
+              columns: tuple[str, ...] | None = None):
     """A `hta.common.trace.Trace` holding this one rank, loaded as `Trace.load_traces(
-    include_last_profiler_step=False)` would load it, ready for HTA's analyzers (`table`: as for
-    hta_frame)."""
+    include_last_profiler_step=False)` would load it, ready for HTA's analyzers (`table`,
+    `columns`: as for hta_frame)."""
     import os
 
     from hta.common.trace import Trace
 
-    df, symbols = hta_frame(table)
+    df, symbols = hta_frame(table, columns)
     t = Trace(trace_files={rank: os.path.abspath(trace_path)}, trace_dir=os.path.dirname(os.path.abspath(trace_path)))
     t.traces = {rank: df}
     t.meta_data = {rank: dict(meta)}
@@ -199,4 +213,4 @@ def hta_trace(trace_path: str, rank: int, table: pd.DataFrame | list, meta: dict
     return t
 
 
-__all__ = ["MIRRORED_HTA", "fast_path_problem", "hta_frame", "hta_trace"]
+__all__ = ["ANALYSIS_COLUMNS", "MIRRORED_HTA", "fast_path_problem", "hta_frame", "hta_trace"]

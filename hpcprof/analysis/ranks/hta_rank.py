@@ -38,13 +38,13 @@ def load_hta_trace(trace_path: str, rank: int, table: pd.DataFrame | list | None
     table, see hta_frame.py) when `table` is given and the fast path applies, else "hta" (HTA's own
     `Trace.load_traces`, which parses the file again). `table` in a one-element list is consumed
     (hta_frame.hta_frame)."""
-    from ..decode.hta_frame import fast_path_problem, hta_trace
+    from ..decode.hta_frame import ANALYSIS_COLUMNS, fast_path_problem, hta_trace
 
     _quiet_hta()
     frame = table[0] if isinstance(table, list) else table
     if frame is not None and fast_path_problem(frame) is None:
         del frame
-        return hta_trace(trace_path, rank, table, meta or {}), "fast"
+        return hta_trace(trace_path, rank, table, meta or {}, ANALYSIS_COLUMNS), "fast"
     del frame
     if isinstance(table, list):
         table.clear()
