@@ -163,7 +163,6 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
     "ours", with `tops=False`: the top kernels assume one type per name). Equality with
     `hta_analyses` is tested on every real trace of tests/data (tests/analysis/test_fast_loader.py).
     """
-    from hta.analyzers.breakdown_analysis import BreakdownAnalysis
     from hta.utils.utils import KernelType
 
     from . import gpu_breakdown as gb
@@ -183,7 +182,9 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
     overlap_pct = round(100 * (both_us / comm_us), 2) if comm_us > 0 else None
 
     ktime = gb.kernel_type_time(ts, dur, types, kinds)
-    if ktime is None:
+    if ktime is None:  # HTA's analyzers are imported only here (with plotly: 0.06 s in each map process)
+        from hta.analyzers.breakdown_analysis import BreakdownAnalysis
+
         ktime = BreakdownAnalysis._get_gpu_kernel_type_time(gpu.assign(name=gpu["kernel_name"]), kinds)
     ktime = gb.kernel_type_order(ktime)
     out = {"temporal": temporal, "overlap_pct": overlap_pct, "kernel_type": ktime[["kernel_type", "sum"]]}

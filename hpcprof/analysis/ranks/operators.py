@@ -135,13 +135,12 @@ def launch_stats(hta_trace, rank: int) -> pd.DataFrame:
     """HTA's kernel-launch statistics for this rank (columns correlation, cpu_duration,
     gpu_duration, launch_delay; us): ranks/gpu_breakdown.launch_stats on HTA's frame, or HTA's own
     implementation where that declines (a correlation id twice on one side)."""
-    from hta.analyzers.cuda_kernel_analysis import CudaKernelAnalysis
-
     from .gpu_breakdown import launch_stats as on_numpy
 
     res = on_numpy(hta_trace.get_trace(rank), hta_trace.symbol_table.get_sym_id_map())
     if res is not None:
         return res
+    from hta.analyzers.cuda_kernel_analysis import CudaKernelAnalysis  # with plotly: only where needed
     res = CudaKernelAnalysis.cuda_kernel_launch_stats(
         hta_trace, [rank], RUNTIME_CUTOFF_US, LAUNCH_DELAY_CUTOFF_US, include_memory_events=True, visualize=False
     )
