@@ -2,7 +2,8 @@
  * found; without it the same results come from Python, slower).
  *
  * This file: the module, and native columns of a run of trace events (decode/native.py is its
- * Python side). _native_walk.c: the operator walk of ranks/operators.py.
+ * Python side). _native_walk.c: the operator walk of ranks/operators.py. _native_text.c: the merged
+ * timeline's event text (outputs/timeline_render.py).
  *
  * `columns(buf, start, end, fields, decode)` parses buf[start:end], a run of JSON objects separated
  * by commas (elements of a Kineto trace's traceEvents array), and returns, for each wanted field
@@ -518,8 +519,13 @@ static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS,
      "columns(buf, start, end, fields, decode) -> (n, [(codes, values)], has_args, uniq) or None: the typed "
      "columns of the trace events in buf[start:end] (see decode/native.py)."},
+    {"events_json", native_events_json, METH_VARARGS,
+     "events_json(is_x, cat_codes, cat_offsets, cat_data, name_codes, name_offsets, name_data, ts, dur, tid, corr, has_args, pid, shift) "
+     "-> bytes: the merged timeline's events as JSON objects each followed by a comma (see outputs/timeline_render.py)."},
+    {"flows_json", native_flows_json, METH_VARARGS,
+     "flows_json(fid, s_tid, s_ts, f_tid, f_ts, pid, shift) -> bytes: the merged timeline's launch flows (see outputs/timeline_render.py)."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Native helpers of the analysis: decode/native.py, ranks/operators.py.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Native helpers of the analysis: decode/native.py, ranks/operators.py, outputs/timeline_render.py.", -1, methods};
 
 PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

@@ -6,4 +6,8 @@
 /* _native_walk.c: ranks/operators.py's operator walk */
 PyObject *native_walk(PyObject *self, PyObject *args);
 
+/* _native_text.c: outputs/timeline_render.py's event and launch-flow text */
+PyObject *native_events_json(PyObject *self, PyObject *args);
+PyObject *native_flows_json(PyObject *self, PyObject *args);
+
 #endif

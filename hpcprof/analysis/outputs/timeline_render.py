@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import cext
 from ..ranks.timeline_piece import is_in, window_mask
 
 ANNOT_TID = 0
@@ -124,9 +125,43 @@ def _events_json(f: pa.Table, r: int, shift: float, tids: np.ndarray) -> memoryv
     return _joined(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
 
 
+def _dictionary(t: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray, pa.Buffer | bytes] | None:
+    """A text column as (int64 codes, the int64 offsets and the data of its distinct values) for
+    the native text; None where it holds a null (the Arrow path then writes what it writes)."""
+    arr = t.column(name).combine_chunks()
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    d = arr.dictionary.cast(pa.large_string())
+    if arr.null_count or d.null_count:
+        return None
+    offsets = np.frombuffer(d.buffers()[1], dtype=np.int64)[d.offset: d.offset + len(d) + 1]
+    return arr.indices.to_numpy(zero_copy_only=False).astype(np.int64), offsets, d.buffers()[2] or b""
+
+
+def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray, native: bool = True):
+    """The events of `f` as JSON text, BATCH events at a time (runs of objects each followed by a
+    comma): natively where the extension is built (_native_text.c: the same objects, numbers that
+    parse to the same doubles), else (or with native=False) with Arrow's string kernels."""
+    nat = cext.get() if native else None
+    cat, name = (_dictionary(f, "cat_json"), _dictionary(f, "name_json")) if nat is not None else (None, None)
+    if cat is None or name is None:
+        for lo in range(0, len(f), BATCH):
+            yield _events_json(f.slice(lo, BATCH), r, shift, tids[lo: lo + BATCH])
+        return
+    is_x, ts, dur, corr = (np.ascontiguousarray(col(f, c)) for c in ("is_x", "ts", "dur", "corr"))
+    has_args = (corr >= 0) & (col(f, "gpu") | col(f, "runtime"))
+    corr_i = np.where(has_args, corr, 0).astype(np.int64)
+    tids = np.ascontiguousarray(tids, dtype=np.int64)
+    for lo in range(0, len(f), BATCH):
+        b = slice(lo, lo + BATCH)
+        yield nat.events_json(is_x[b], cat[0][b], cat[1], cat[2], name[0][b], name[1], name[2], ts[b], dur[b], tids[b],
+                              corr_i[b], has_args[b], r, float(shift))
+
+
 def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarray) -> tuple[memoryview | bytes, int]:
     """Launch flows: from each runtime call to the device event it launched (same correlation id;
-    the last runtime call of an id wins), each arrow a pair of 's' and 'f' events; and their count."""
+    the last runtime call of an id wins), each arrow a pair of 's' and 'f' events; and their count.
+    The text natively where the extension is built (_native_text.c), else with Arrow."""
     corr = col(f, "corr")
     ts = col(f, "ts")
     rt = col(f, "runtime") & (corr >= 0)
@@ -141,11 +176,15 @@ def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarr
         return b"", 0
     c = corr[cand].astype(np.int64)
     src = last.reindex(c).to_numpy()
-    fid = _text(c * 100_000 + r)
-    s = pc.binary_join_element_wise('{"ph":"s","cat":"launch","name":"launch","id":', fid, f',"pid":{r},"tid":', _text(tids[rt][src]),
-                                    ',"ts":', _text(ts[rt][src] - shift), '},', "")
-    e = pc.binary_join_element_wise('{"ph":"f","bp":"e","cat":"launch","name":"launch","id":', fid, f',"pid":{r},"tid":', _text(tids[cand]),
-                                    ',"ts":', _text(ts[cand] - shift), '},', "")
+    fid, s_tid, s_ts, f_tid, f_ts = c * 100_000 + r, tids[rt][src], ts[rt][src], tids[cand], ts[cand]
+    nat = cext.get()
+    if nat is not None:
+        return nat.flows_json(fid, s_tid, s_ts, f_tid, f_ts, r, float(shift)), 2 * int(cand.sum())
+    fid = _text(fid)
+    s = pc.binary_join_element_wise('{"ph":"s","cat":"launch","name":"launch","id":', fid, f',"pid":{r},"tid":', _text(s_tid),
+                                    ',"ts":', _text(s_ts - shift), '},', "")
+    e = pc.binary_join_element_wise('{"ph":"f","bp":"e","cat":"launch","name":"launch","id":', fid, f',"pid":{r},"tid":', _text(f_tid),
+                                    ',"ts":', _text(f_ts - shift), '},', "")
     return _joined(pc.binary_join_element_wise(s, e, "")), 2 * int(cand.sum())
 
 
@@ -169,8 +208,8 @@ def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep
     for new, name in threads.values():
         meta += [_meta(r, new, "thread_name", {"name": name}), _meta(r, new, "thread_sort_index", {"sort_index": new})]
     write(b"".join(msgspec.json.encode(m) + b"," for m in meta))
-    for lo in range(0, len(f), BATCH):  # in batches: the text of a batch is made and handed on
-        write(_events_json(f.slice(lo, BATCH), r, shift, tids[lo: lo + BATCH]))
+    for text in event_batches(f, r, shift, tids):  # in batches: the text of a batch is made and handed on
+        write(text)
     n = len(f)
     if keep_flows and len(f):
         flows, n_flows = _flows_json(f, r, shift, threads, tids)
