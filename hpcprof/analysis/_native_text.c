@@ -97,11 +97,18 @@ typedef struct {
     int held;
 } Buf;
 
-static int get(PyObject *o, Buf *x, Py_ssize_t itemsize, const char *what) {
-    if (PyObject_GetBuffer(o, &x->b, PyBUF_C_CONTIGUOUS) < 0) return -1;
+/* kind: 'd' float64, 'q' int64, '?' bool (one byte), 0 bytes of any kind */
+static int get(PyObject *o, Buf *x, char kind, const char *what) {
+    if (PyObject_GetBuffer(o, &x->b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
     x->held = 1;
-    if (itemsize && x->b.len % itemsize) {
-        PyErr_Format(PyExc_TypeError, "timeline text: %s: not an array of %zd-byte items", what, itemsize);
+    const char *f = x->b.format ? x->b.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    int ok = kind == 0 || (kind == 'd' && x->b.itemsize == 8 && !strcmp(f, "d")) ||
+             (kind == 'q' && x->b.itemsize == 8 && (!strcmp(f, "q") || !strcmp(f, "l"))) ||
+             (kind == '?' && x->b.itemsize == 1 && (!strcmp(f, "?") || !strcmp(f, "b") || !strcmp(f, "B")));
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "timeline text: %s: not an array of %s", what,
+                     kind == 'd' ? "float64" : kind == 'q' ? "int64" : "bool");
         return -1;
     }
     return 0;
@@ -152,14 +159,15 @@ PyObject *native_events_json(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOLd", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10],
                           &o[11], &pid, &shift))
         return NULL;
-    static const Py_ssize_t size[12] = {1, 8, 8, 0, 8, 8, 0, 8, 8, 8, 8, 1};
+    static const char kind[12] = {'?', 'q', 'q', 0, 'q', 'q', 0, 'd', 'd', 'q', 'q', '?'};
+    static const Py_ssize_t size[12] = {1, 8, 8, 1, 8, 8, 1, 8, 8, 8, 8, 1};
     static const char *what[12] = {"is_x", "cat codes", "cat offsets", "cat data", "name codes", "name offsets", "name data",
                                    "ts", "dur", "tid", "corr", "has_args"};
     Buf b[12];
     memset(b, 0, sizeof b);
     PyObject *ret = NULL;
     for (int i = 0; i < 12; i++)
-        if (get(o[i], &b[i], size[i], what[i]) < 0) goto done;
+        if (get(o[i], &b[i], kind[i], what[i]) < 0) goto done;
     Py_ssize_t n = b[0].b.len, ncat, nname;
     for (int i = 0; i < 12; i++)
         if (i != 2 && i != 3 && i != 5 && i != 6 && b[i].b.len / size[i] != n) {
@@ -219,11 +227,12 @@ PyObject *native_flows_json(PyObject *self, PyObject *args) {
     double shift;
     if (!PyArg_ParseTuple(args, "OOOOOLd", &o[0], &o[1], &o[2], &o[3], &o[4], &pid, &shift)) return NULL;
     static const char *what[5] = {"fid", "s_tid", "s_ts", "f_tid", "f_ts"};
+    static const char kind[5] = {'q', 'q', 'd', 'q', 'd'};
     Buf b[5];
     memset(b, 0, sizeof b);
     PyObject *ret = NULL;
     for (int i = 0; i < 5; i++)
-        if (get(o[i], &b[i], 8, what[i]) < 0) goto done;
+        if (get(o[i], &b[i], kind[i], what[i]) < 0) goto done;
     Py_ssize_t n = b[0].b.len / 8;
     for (int i = 1; i < 5; i++)
         if (b[i].b.len / 8 != n) {
