@@ -4,9 +4,15 @@ to the rank's events as JSON text on the job's clock.
 Three steps, each a function: `select_events` (the events of the chosen steps, by the selection
 rules of ranks/timeline_piece.window_mask), `thread_ids` (the rank's CPU threads and GPU streams as
 threads of its process: main thread first, then the other CPU threads, then the GPU streams),
-`render_rank` (process and thread names, events, launch flows, as JSON text). The text is built
-column-wise with Arrow's string kernels, not one dict per event: 1,000,000 events are about 130 MB
-of JSON.
+`render_rank` (process and thread names, events, launch flows, as JSON text), never one dict per
+event: 1,000,000 events are about 130 MB of JSON.
+
+The text of the events and flows is written by the C extension where it is built (`event_batches`,
+`_flows_json`; analysis/_native_text.c, whose header says why its numbers parse to the same doubles),
+else column-wise with Arrow's string kernels (`_events_json`, and the end of `_flows_json`): the
+same objects, keys in the same order, the same values once parsed (tests/analysis/
+test_native_timeline.py compares both). Natively: 0.05 CPU-s for the 990,000 events of 16 ranks of
+20 MB, against 0.28 with Arrow.
 """
 
 from __future__ import annotations
