@@ -236,6 +236,22 @@ def test_bad_arguments_are_errors_not_crashes():
         nat.flows_json(z, z, np.zeros(2, np.float32), z, np.zeros(2), 0, 0.0)
 
 
+@needs_native
+def test_without_the_functions_or_with_a_null_text_the_arrow_path_writes(monkeypatch):
+    """An extension built before these functions (an editable install not rebuilt) has none: Arrow
+    writes the text. A null name or category (no piece has one) leaves the rank to Arrow too."""
+    f, tids = _generated(np.random.default_rng(3), 2000)
+    expected = _events(f, 2, 10.0, tids, False)
+    monkeypatch.setattr(cext, "get", lambda: object())  # a module without events_json or flows_json
+    assert _events(f, 2, 10.0, tids, True) == expected
+    assert tr._flows_json(f, 2, 10.0, {}, tids)[1] >= 0
+    monkeypatch.undo()
+    names = f.column("name_json").combine_chunks()
+    with_null = pa.DictionaryArray.from_arrays(pa.array([None] + names.indices.to_pylist()[1:], pa.int32()), names.dictionary)
+    g = f.set_column(f.schema.get_field_index("name_json"), "name_json", with_null)
+    assert _events(g, 2, 10.0, tids, True) == _events(g, 2, 10.0, tids, False) == expected[1:]
+
+
 # ------------------------------------------------------------------------------------ whole analyses
 
 

@@ -148,8 +148,9 @@ def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray, native: b
     """The events of `f` as JSON text, BATCH events at a time (runs of objects each followed by a
     comma): natively where the extension is built (_native_text.c: the same objects, numbers that
     parse to the same doubles), else (or with native=False) with Arrow's string kernels."""
-    nat = cext.get() if native else None
-    cat, name = (_dictionary(f, "cat_json"), _dictionary(f, "name_json")) if nat is not None else (None, None)
+    # (an extension built before this function existed has none: an editable install not rebuilt)
+    events_json = getattr(cext.get(), "events_json", None) if native else None
+    cat, name = (_dictionary(f, "cat_json"), _dictionary(f, "name_json")) if events_json is not None else (None, None)
     if cat is None or name is None:
         for lo in range(0, len(f), BATCH):
             yield _events_json(f.slice(lo, BATCH), r, shift, tids[lo: lo + BATCH])
@@ -160,8 +161,8 @@ def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray, native: b
     tids = np.ascontiguousarray(tids, dtype=np.int64)
     for lo in range(0, len(f), BATCH):
         b = slice(lo, lo + BATCH)
-        yield nat.events_json(is_x[b], cat[0][b], cat[1], cat[2], name[0][b], name[1], name[2], ts[b], dur[b], tids[b],
-                              corr_i[b], has_args[b], r, float(shift))
+        yield events_json(is_x[b], cat[0][b], cat[1], cat[2], name[0][b], name[1], name[2], ts[b], dur[b], tids[b],
+                          corr_i[b], has_args[b], r, float(shift))
 
 
 def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarray) -> tuple[memoryview | bytes, int]:
@@ -183,9 +184,9 @@ def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarr
     c = corr[cand].astype(np.int64)
     src = last.reindex(c).to_numpy()
     fid, s_tid, s_ts, f_tid, f_ts = c * 100_000 + r, tids[rt][src], ts[rt][src], tids[cand], ts[cand]
-    nat = cext.get()
-    if nat is not None:
-        return nat.flows_json(fid, s_tid, s_ts, f_tid, f_ts, r, float(shift)), 2 * int(cand.sum())
+    flows_json = getattr(cext.get(), "flows_json", None)
+    if flows_json is not None:
+        return flows_json(fid, s_tid, s_ts, f_tid, f_ts, r, float(shift)), 2 * int(cand.sum())
     fid = _text(fid)
     s = pc.binary_join_element_wise('{"ph":"s","cat":"launch","name":"launch","id":', fid, f',"pid":{r},"tid":', _text(s_tid),
                                     ',"ts":', _text(s_ts - shift), '},', "")
