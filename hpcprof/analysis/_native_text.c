@@ -218,6 +218,22 @@ done:
     return ret;
 }
 
+/* one end of a launch flow: `head` ('s' or 'f' and its binding), then its id, pid, tid and ts, and a
+ * comma; NULL where the time could not be written */
+static char *put_flow_end(char *p, const char *head, size_t n, int64_t fid, long long pid, int64_t tid, double ts) {
+    p = put(p, head, n);
+    p = PUT(p, "\"cat\":\"launch\",\"name\":\"launch\",\"id\":");
+    p = put_i64(p, fid);
+    p = PUT(p, ",\"pid\":");
+    p = put_i64(p, pid);
+    p = PUT(p, ",\"tid\":");
+    p = put_i64(p, tid);
+    p = PUT(p, ",\"ts\":");
+    if (!(p = put_exact(p, ts))) return NULL;
+    return PUT(p, "},");
+}
+#define FLOW_END(p, lit, ...) put_flow_end((p), (lit), sizeof(lit) - 1, __VA_ARGS__)
+
 /* flows_json(fid, s_tid, s_ts, f_tid, f_ts, pid, shift) -> bytes: per launch flow, its 's' event
  * (on the runtime call's thread, at its start) and its 'f' event (on the device event's), with
  * ts - shift unrounded; fid, s_tid, f_tid int64 arrays, s_ts, f_ts float64 arrays of one length. */
@@ -245,23 +261,8 @@ PyObject *native_flows_json(PyObject *self, PyObject *args) {
     if (!out) goto done;
     char *start = PyBytes_AS_STRING(out), *p = start;
     for (Py_ssize_t i = 0; i < n && p; i++) {
-        p = PUT(p, "{\"ph\":\"s\",\"cat\":\"launch\",\"name\":\"launch\",\"id\":");
-        p = put_i64(p, fid[i]);
-        p = PUT(p, ",\"pid\":");
-        p = put_i64(p, pid);
-        p = PUT(p, ",\"tid\":");
-        p = put_i64(p, stid[i]);
-        p = PUT(p, ",\"ts\":");
-        if (!(p = put_exact(p, sts[i] - shift))) break;
-        p = PUT(p, "},{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"launch\",\"name\":\"launch\",\"id\":");
-        p = put_i64(p, fid[i]);
-        p = PUT(p, ",\"pid\":");
-        p = put_i64(p, pid);
-        p = PUT(p, ",\"tid\":");
-        p = put_i64(p, ftid[i]);
-        p = PUT(p, ",\"ts\":");
-        if (!(p = put_exact(p, fts[i] - shift))) break;
-        p = PUT(p, "},");
+        p = FLOW_END(p, "{\"ph\":\"s\",", fid[i], pid, stid[i], sts[i] - shift);
+        if (p) p = FLOW_END(p, "{\"ph\":\"f\",\"bp\":\"e\",", fid[i], pid, ftid[i], fts[i] - shift);
     }
     ret = finish(out, start, p);
 done:
