@@ -27,24 +27,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .timeline import union
+
 EXACT = float(2**53)
 """Whole numbers below this are exact in float64 and their sums exact in any order."""
 
 
 def merge_intervals(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """hta.utils.utils.merge_kernel_intervals on the columns ts, dur: the merged (start, end) in
-    start order, with HTA's dtypes (start: ts's, end: that of ts + dur)."""
-    if not len(ts):
-        return ts[:0], (ts[:0] + dur[:0])
-    order = np.argsort(ts, kind="stable")  # the groups do not depend on the order of equal starts
-    s = ts[order]
-    e = s + dur[order]
-    run = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run[:-1]
-    idx = np.flatnonzero(new)
-    return s[idx], np.maximum.reduceat(e, idx)
+    start order (ranks/timeline.union, HTA's rule), with HTA's dtypes (start: ts's, end: that of
+    ts + dur)."""
+    return union(ts, ts + dur)
 
 
 def _whole(x: np.ndarray) -> bool:

@@ -43,22 +43,28 @@ CATEGORIES = STEP_CATEGORIES
 columns of the map's tables. Defined in ranks/categories.py, with the straggler causes (these + comm)."""
 
 
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [start, end) as disjoint ones, in start order, with the arrays'
+    dtypes: sorted by start, an interval starting after every earlier end opens a new one, and
+    touching intervals are one (HTA's `merge_kernel_intervals` rule; the order of equal starts does
+    not change the result)."""
+    if not len(starts):
+        return starts[:0], ends[:0]
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
 class Intervals:
     """A set of disjoint [start, end) intervals with O(log n) covered-length queries."""
 
     def __init__(self, starts, ends):
-        s = np.asarray(starts, dtype=float)
-        e = np.asarray(ends, dtype=float)
-        if s.size:
-            order = np.argsort(s, kind="stable")
-            s, e = s[order], e[order]
-            run_end = np.maximum.accumulate(e)
-            new = np.ones(s.size, dtype=bool)
-            new[1:] = s[1:] > run_end[:-1]
-            idx = np.flatnonzero(new)
-            ms = s[idx]
-            me = np.append(run_end[idx[1:] - 1], run_end[-1]) if idx.size > 1 else run_end[-1:]
-            s, e = ms, me
+        s, e = union(np.asarray(starts, dtype=float), np.asarray(ends, dtype=float))
         self.s, self.e = s, e
         self.cum = np.concatenate([[0.0], np.cumsum(e - s)])
 
