@@ -81,7 +81,8 @@ def _assert_all_equal(t, gpu: pd.DataFrame) -> None:
     idle_us, kernel_us = B._get_idle_time_for_kernels(gpu[["ts", "dur"]].copy())
     comp = merge_kernel_intervals(gpu[gpu["kernel_type"].eq("COMPUTATION")].copy())
     compute_us = comp["end"].sum() - comp["ts"].sum()
-    row = gb.temporal(ts, dur, types == "COMPUTATION", 0).iloc[0]
+    on = types == "COMPUTATION"
+    row = gb.temporal(ts, dur, gb.merge_intervals(ts[on], dur[on]), 0).iloc[0]
     assert (row["idle_time(us)"], row["kernel_time(us)"], row["compute_time(us)"]) == (idle_us, kernel_us, compute_us)
     assert row["non_compute_time(us)"] == kernel_us - compute_us - idle_us
 

@@ -48,14 +48,15 @@ def _whole(x: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(x)) and np.all(x == np.floor(x)) and np.abs(x).sum() < EXACT)
 
 
-def temporal(ts: np.ndarray, dur: np.ndarray, comp: np.ndarray, rank: int) -> pd.DataFrame:
+def temporal(ts: np.ndarray, dur: np.ndarray, comp: tuple[np.ndarray, np.ndarray], rank: int) -> pd.DataFrame:
     """HTA's temporal breakdown of one rank (BreakdownAnalysis.get_temporal_breakdown's row): kernel
     time = last end - first start of all GPU events; idle = kernel time - their merged time;
-    compute = merged time of the COMPUTATION events (`comp`); non-compute = the rest."""
+    compute = merged time of the COMPUTATION events (`comp`: their merge_intervals); non-compute =
+    the rest."""
     ms, me = merge_intervals(ts, dur)
     kernel_us = me[-1] - ms[0]
     idle_us = kernel_us - (np.add.reduce(me) - np.add.reduce(ms))
-    cs, ce = merge_intervals(ts[comp], dur[comp])
+    cs, ce = comp
     compute_us = np.add.reduce(ce) - np.add.reduce(cs)
     non_compute_us = kernel_us - compute_us - idle_us
     if not (idle_us <= kernel_us and compute_us <= kernel_us and non_compute_us >= 0):

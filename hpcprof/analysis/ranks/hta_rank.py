@@ -174,8 +174,8 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
     kinds = [comp_name, comm_name, KernelType.MEMORY.name]
     ts, dur, types = gpu["ts"].to_numpy(), gpu["dur"].to_numpy(), gpu["kernel_type"].to_numpy()
 
-    temporal = gb.temporal(ts, dur, types == comp_name, rank)
     cs, ce = gb.merge_intervals(ts[types == comp_name], dur[types == comp_name])
+    temporal = gb.temporal(ts, dur, (cs, ce), rank)
     ms, me = gb.merge_intervals(ts[types == comm_name], dur[types == comm_name])
     comm_us = float(np.add.reduce(me - ms))
     both_us = float(Intervals(cs, ce).covered(ms, me).sum())
