@@ -9,6 +9,7 @@ straggler verdict unchanged.
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import re
 from collections import Counter
@@ -113,6 +114,37 @@ def test_timeline_file_is_one_gzip_member(tmp_path, parse_cache, monkeypatch):
     first = d.decompress(raw) + d.flush()
     assert d.eof and d.unused_data == b""  # nothing after the first member
     assert len(first) > 20 * (1 << 16) and json.loads(first)["traceEvents"]
+
+
+@pytest.mark.parametrize("isal", ["1", "0"])
+def test_gzip_stream_writes_one_member_of_the_exact_text(tmp_path, monkeypatch, isal):
+    """GzipStream with ISA-L (where installed) and with zlib (HPCPROF_ISAL=0): the text read back by
+    Python's gzip module and by a one-member zlib reader is the text written, byte for byte, with
+    the CRC and size of the gzip trailer checked, over dozens of blocks, uneven writes and an empty
+    write. Which deflate library was used is asserted, so the ISA-L path cannot silently go unused."""
+    import random
+    import zlib
+
+    from hpcprof.analysis.outputs.gzip_stream import GzipStream
+
+    monkeypatch.setenv("HPCPROF_ISAL", isal)
+    rng = random.Random(7)
+    words = [f'{{"name": "kernel_{i}", "ts": {i * 1.5:.3f}}}' for i in range(300)]
+    parts = ["".join(rng.choice(words) for _ in range(rng.randint(0, 400))) for _ in range(200)] + [""]
+    path = tmp_path / "t.json.gz"
+    with GzipStream(path, block=1 << 14, threads=3) as gz:
+        for p in parts:
+            gz.write(p)
+    if isal == "1" and importlib.util.find_spec("isal") is not None:
+        assert gz.lib.__name__ == "isal.isal_zlib"
+    else:
+        assert gz.lib is zlib
+    text = "".join(parts).encode()
+    raw = path.read_bytes()
+    assert gzip.decompress(raw) == text
+    d = zlib.decompressobj(31)
+    assert d.decompress(raw) + d.flush() == text and d.eof and d.unused_data == b""
+    assert not (tmp_path / "t.json.gz.tmp").exists()
 
 
 def test_clock_skew_is_recovered_and_leaves_the_verdict(dlrm_two_hosts, tmp_path):
