@@ -88,7 +88,7 @@ def pieces(codes: np.ndarray, vals: np.ndarray, objs: np.ndarray):
     if count[C_OBJ] + count[C_FLOAT] == n and count[C_OBJ]:
         # texts, and NaN (a missing top-level key) at most: as codes, if every value is a text
         m = codes == C_OBJ
-        used, local = np.unique(iv[m], return_inverse=True)
+        used, local = _used_ids(iv[m], objs.size)
         texts = objs[used]
         if all(type(t) is str for t in texts.tolist()) and np.isnan(fv[~m]).all():
             c = np.full(n, -1, dtype=np.int64)
@@ -111,3 +111,14 @@ def pieces(codes: np.ndarray, vals: np.ndarray, objs: np.ndarray):
         out[codes == C_FALSE] = False
     # C_NULL: np.empty(dtype=object) is None already
     return out
+
+
+def _used_ids(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(ids, return_inverse=True) for ids in [0, n) (indices into the block's distinct
+    objects), by marking rather than sorting: the same arrays (ascending ids, and each id's position
+    among them) in O(len(ids) + n), not a sort of every event's id (8 ms of a 20 MB rank's decode)."""
+    seen = np.zeros(n, dtype=bool)
+    seen[ids] = True
+    used = np.flatnonzero(seen)
+    pos = np.cumsum(seen, dtype=np.intp) - 1
+    return used, pos[ids]
