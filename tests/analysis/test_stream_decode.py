@@ -86,3 +86,41 @@ def test_analysis_through_the_stream_equals_the_reference(monkeypatch, tmp_path)
 
     now = json.loads(json.dumps(run_case("dlrm", TRACES, tmp_path, cache_dir=tmp_path / "cache")))
     assert not _diff(json.loads(STORE.read_text())["dlrm"], now)
+
+
+@pytest.mark.parametrize("isal", ["1", "0"])
+def test_gzip_traces_read_alike_with_isal_and_zlib(tmp_path, monkeypatch, isal):
+    """A .json.gz trace gives the same event table whether ISA-L's inflate (where installed) or
+    Python's gzip reads it, read whole or as a stream; and truncated or corrupt gzip data is the
+    same one-line TraceError either way (ISA-L raises its own error class, not zlib.error)."""
+    import importlib.util
+
+    from hpcprof.analysis import cext
+
+    monkeypatch.setenv("HPCPROF_ISAL", isal)
+    assert (cext.isal() is not None) == (isal == "1" and importlib.util.find_spec("isal") is not None)
+    src = require(TRACES / "param_dlrm_8x_v100")
+    path = sorted(src.glob("*.json.gz"))[0]
+    raw = gzip.decompress(path.read_bytes())
+    monkeypatch.delenv("HPCPROF_ISAL")
+    want = read_event_table(path)  # the default reader, ISA-L where installed
+    monkeypatch.setenv("HPCPROF_ISAL", isal)
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(raw)
+    for p, min_bytes in ((path, None), (path, 0), (plain, None)):
+        got = read_event_table(p, min_bytes=min_bytes)
+        assert got[0] == want[0] and got[2:] == want[2:]
+        pd.testing.assert_frame_equal(got[1], want[1], check_exact=True)
+    good = gzip.compress(raw, 6)
+    bad = {
+        "cut.json.gz": good[: len(good) // 2],
+        "crc.json.gz": good[:-8] + bytes([good[-8] ^ 0xFF]) + good[-7:],
+        "flip.json.gz": good[:200] + bytes(b ^ 0x5A for b in good[200:400]) + good[400:],
+        "header.json.gz": b"\x1f\x8b\x09" + good[3:],
+    }
+    for name, data in bad.items():
+        f = tmp_path / name
+        f.write_bytes(data)
+        for min_bytes in (None, 0):
+            with pytest.raises(TraceError, match=rf"^{name.replace('.', '[.]')}: truncated or corrupt gzip data"):
+                read_event_table(f, min_bytes=min_bytes)

@@ -16,6 +16,7 @@ from pathlib import Path
 import xxhash
 
 from ...rundir import RunDir
+from .. import cext
 from ..outputs.layout import TIMELINE_FILE
 from .events import DecodedTrace, DecodeError, ShapeError, decode
 
@@ -95,14 +96,33 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         raise TraceError(f"{name}: empty file (0 bytes); the rank probably died before writing its trace")
     if name.endswith(".gz"):
         try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
+            raw = gunzip(raw)
+        except gzip_errors() as exc:
             raise TraceError(
                 f"{name}: truncated or corrupt gzip data ({exc}); the trace was probably cut off while being written"
             ) from None
         if not raw.strip():
             raise TraceError(f"{name}: empty trace (gzip holds no data)")
     return raw
+
+
+def gzip_errors() -> tuple[type[BaseException], ...]:
+    """What reading truncated or corrupt gzip data raises, with ISA-L's inflate or Python's gzip."""
+    isal = cext.isal()
+    return (EOFError, OSError, zlib.error) + ((isal.isal_zlib.error,) if isal is not None else ())
+
+
+def gunzip(data: bytes) -> bytes:
+    """gzip.decompress(data), by ISA-L's inflate where installed (cext.isal: 32 -> 20 ms for a
+    20 MB trace); errors: gzip_errors()."""
+    isal = cext.isal()
+    return (isal.igzip if isal is not None else gzip).decompress(data)
+
+
+def open_gzip(path: str | os.PathLike):
+    """gzip.open(path, "rb"), by ISA-L's inflate where installed; errors: gzip_errors()."""
+    isal = cext.isal()
+    return (isal.igzip if isal is not None else gzip).open(path, "rb")
 
 
 def decode_trace(name: str, raw: bytes) -> DecodedTrace:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gzip
 import re
-import zlib
 from pathlib import Path
 
 import msgspec
@@ -301,7 +300,7 @@ def read_event_table(path: str | Path, min_bytes: int | None = None) -> tuple[di
     """(metadata, event table, number of events, skipped entries) of one trace; large files are
     decoded as a stream (module docstring), others read whole and decoded in blocks (`split_table`).
     Raises TraceError with read_trace's messages."""
-    from .load import TraceError, decode_trace, read_bytes
+    from .load import TraceError, decode_trace, gzip_errors, open_gzip, read_bytes
 
     path = Path(path)
     gz = path.name.endswith(".gz")
@@ -321,13 +320,13 @@ def read_event_table(path: str | Path, min_bytes: int | None = None) -> tuple[di
         return meta, event_table(decoded), n, skipped
     name = path.name
     try:
-        with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
+        with (open_gzip(path) if gz else open(path, "rb")) as fh:
             meta, table, n, skipped = stream_table(fh, BLOCK)
     except OSError as exc:
         if isinstance(exc, gzip.BadGzipFile) or not isinstance(exc, (FileNotFoundError, PermissionError)):
             raise TraceError(f"{name}: truncated or corrupt gzip data ({exc}); the trace was probably cut off while being written") from None
         raise TraceError(f"{name}: cannot read file ({exc.strerror or exc})") from None
-    except (EOFError, zlib.error) as exc:
+    except gzip_errors() as exc:  # OSError: handled above
         raise TraceError(f"{name}: truncated or corrupt gzip data ({exc}); the trace was probably cut off while being written") from None
     except msgspec.DecodeError as exc:
         raise TraceError(f"{name}: not valid JSON ({str(exc)[:120]}); truncated or corrupt trace") from None

@@ -22,6 +22,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .. import cext
+
 LEVEL = 3
 """zlib level, where ISA-L is not used: measured on the DLRM timeline, level 3 deflates 200 MB/s at a
 ratio of 11.5, level 6 92 MB/s at 14.1 (one core)."""
@@ -29,17 +31,6 @@ ISAL_LEVEL = 1
 """ISA-L level (0-3), where it is used: level 1 compresses about as well as zlib's level 3 at about
 5 times its speed; level 3 is 4 times slower for no gain on these texts (module docstring)."""
 BLOCK = 4 << 20
-
-
-def _isal():
-    """isal.isal_zlib, or None: not installed (a platform without its wheels) or HPCPROF_ISAL=0."""
-    if os.environ.get("HPCPROF_ISAL", "1") == "0":
-        return None
-    try:
-        from isal import isal_zlib
-    except ImportError:
-        return None
-    return isal_zlib
 
 
 def _deflate(data: bytes, level: int, lib=zlib) -> bytes:
@@ -59,7 +50,8 @@ class GzipStream:
         or LEVEL."""
         self.path = Path(path)
         self.tmp = self.path.with_name(self.path.name + ".tmp")
-        self.lib = _isal() or zlib
+        isal = cext.isal()
+        self.lib = isal.isal_zlib if isal is not None else zlib
         self.level = level if level is not None else (ISAL_LEVEL if self.lib is not zlib else LEVEL)
         self.block = block or BLOCK
         self.threads = threads or max(1, min(4, os.cpu_count() or 1))
