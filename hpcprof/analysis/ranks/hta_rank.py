@@ -74,10 +74,10 @@ def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | list | None =
     """
     t, loader = load_hta_trace(trace_path, rank, table, meta)
     gpu = gpu_events(t, rank)
-    stats = kernel_stats(gpu["kernel_name"], gpu["dur"])
+    stats = _typed_stats(gpu)
     out: dict[str, Any] = {"loader": loader}
     out.update(classified_analyses(t, rank, gpu, stats=stats) if loader == "fast" else hta_analyses(t, rank))
-    out["kernels_all"] = _all_kernels(gpu, rank, stats)
+    out["kernels_all"] = _all_kernels(stats, rank)
     out["launch_stats"] = launch_stats(t, rank)  # HTA's kernel-launch statistics (ranks/operators.py)
     kall = out["kernels_all"]
     kall["kernel_type_hpcprof"] = kall["kernel_type"]
@@ -156,7 +156,7 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
       over the merged COMMUNICATION time (NaN without communication), in % rounded to 2 decimals;
     - kernel breakdown: time per kernel type (COMPUTATION, COMMUNICATION, MEMORY and their
       overlaps), and per type the top kernels by total duration (DURATION_RATIO, TOP_KERNELS), from
-      the per-name statistics `stats` (gpu_breakdown.kernel_stats; computed here when not given);
+      the per-name statistics `stats` (`_typed_stats`; computed here when not given);
     - idle-time breakdown per stream (`idle=False`: left out).
     Where gpu_breakdown declines a case (a time that makes its exact replay unsure), HTA's own
     function computes that part. `gpu` may carry other kernel types than HTA's (run_hta_rank's
@@ -190,9 +190,8 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
     out = {"temporal": temporal, "overlap_pct": overlap_pct, "kernel_type": ktime[["kernel_type", "sum"]]}
     if tops:
         if stats is None:
-            stats = gb.kernel_stats(gpu["kernel_name"], gpu["dur"])
-        one = gpu[["kernel_name", "kernel_type"]].drop_duplicates("kernel_name", keep="last")
-        stats_type = stats["name"].map(dict(zip(one["kernel_name"], one["kernel_type"]))).to_numpy()
+            stats = _typed_stats(gpu)
+        stats_type = stats["kernel_type"].to_numpy()
         parts = [gb.top_kernels(stats[stats_type == k], TOP_KERNELS, DURATION_RATIO).assign(kernel_type=k, rank=int(rank))
                  for k in kinds]
         out["kernels_top"] = (
@@ -209,13 +208,20 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
     return out
 
 
-def _all_kernels(gpu: pd.DataFrame, rank: int, stats: pd.DataFrame) -> pd.DataFrame:
-    """Every GPU kernel name on this rank with count/sum/max/min/mean/std of durations (us), from
-    `gpu_events` and its per-name statistics (gpu_breakdown.kernel_stats)."""
-    agg = stats.copy()
-    # the type of each name (a function of the name: gpu_events), from one row per name, not a dict
-    # built over every kernel (a Python object per kernel: 7 ms of a 20 MB rank)
+def _typed_stats(gpu: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel name of `gpu_events`: its statistics (gpu_breakdown.kernel_stats) and its
+    kernel_type (a function of the name: gpu_events), taken from one row per name, not from a dict
+    built over every kernel (a Python object per kernel: 7 ms of a 20 MB rank). Made once per rank
+    for the top kernels and the table of all kernels."""
+    stats = kernel_stats(gpu["kernel_name"], gpu["dur"])
     one = gpu[["kernel_name", "kernel_type"]].drop_duplicates("kernel_name", keep="last")
-    agg["kernel_type"] = agg["name"].map(dict(zip(one["kernel_name"], one["kernel_type"])))
+    stats["kernel_type"] = stats["name"].map(dict(zip(one["kernel_name"], one["kernel_type"])))
+    return stats
+
+
+def _all_kernels(stats: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """Every GPU kernel name on this rank with count/sum/max/min/mean/std of durations (us) and its
+    kernel type, from `gpu_events`' per-name statistics (`_typed_stats`)."""
+    agg = stats.copy()
     agg["rank"] = rank
     return agg.sort_values("sum", ascending=False, ignore_index=True)
