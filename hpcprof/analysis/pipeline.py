@@ -3,7 +3,8 @@
   decode.load.discover_traces -> cache.inputs_key / memo_hit (outputs still current? return them)
   -> executors.run_map (ranks.mapper.analyze_rank per trace, local pool or SLURM array)
   -> ranks.select.select_ranks -> reduce.crossrank.reduce_ranks
-  -> outputs: charts (drawn in processes while the rest goes on), tables, summary.json, report.html
+  -> outputs: charts (drawn in a process while the rest goes on: those of per-rank numbers from
+     before the reduce's what-if replay on), tables, summary.json, report.html
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .decode.load import discover_traces
 from .errors import AnalysisError
 from .executors import run_map
 from .executors.local import default_workers
-from .outputs.chart_plan import nothing_to_show
+from .outputs.chart_plan import EARLY, LATE, in_order, nothing_to_show
 from .outputs.charts import Charts, draw_charts
 from .outputs.console import console_summary
 from .outputs.critical_lane import critical_path_lane
@@ -35,7 +36,7 @@ from .captures import analyze_captures, manifest_captures, run_series, summarize
 from .outputs.run_timeline import run_timeline_chart
 from .ranks.select import select_ranks
 from .reduce.crossrank import reduce_ranks
-from .reduce.views import rank_views
+from .reduce.views import add_launch_recommendation, rank_views
 
 __all__ = ["AnalysisError", "analyze", "console_summary"]
 
@@ -197,11 +198,21 @@ def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], 
     """Reduce, then write tables, charts and report.html; return the summary (not yet written)."""
     charts = Charts()  # forks now: matplotlib loads while the reduce runs
     try:
-        red = reduce_ranks(src, keep, manifest, warnings, progress=progress)
-        views = rank_views(keep, red.idle, red.per_rank, red.recommendations)
+        views: dict = {}
+        omitted: dict[str, str] = {}
+        plots: dict[str, Path] = {}
+
+        def per_rank_charts(numbers) -> None:  # drawn while the what-if replay runs (16 ranks: 0.3 s of it)
+            views.update(rank_views(keep))
+            omitted.update(nothing_to_show(numbers, views, EARLY))
+            plots.update(draw_charts(charts, numbers, out, views, omitted, EARLY))
+
+        red = reduce_ranks(src, keep, manifest, warnings, progress=progress, on_ranks=per_rank_charts)
+        add_launch_recommendation(views, red.idle, red.per_rank, red.recommendations)
         matching = red.whatif.matching if getattr(red, "whatif", None) is not None else None
-        omitted = nothing_to_show(red, views)
-        plots = draw_charts(charts, red, out, views, omitted)  # drawn while the timeline and the tables are written
+        omitted = in_order({**omitted, **nothing_to_show(red, views, LATE)})
+        # drawn while the timeline and the tables are written
+        plots = in_order({**plots, **draw_charts(charts, red, out, views, omitted, LATE)})
         lanes = [critical_path_lane(red.critical_path.links if red.critical_path is not None else None)]
         clocks, timeline = merged_timeline(out.root, keep, red.nodes, matching, warnings, timeline_steps, timeline_max_events,
                                            progress=progress, lanes=lanes)

@@ -15,18 +15,49 @@ def _col(df: pd.DataFrame | None, c: str) -> pd.Series:
     return df[c].dropna() if df is not None and not df.empty and c in df else pd.Series(dtype=float)
 
 
-def nothing_to_show(red, views: dict[str, pd.DataFrame]) -> dict[str, str]:
-    """Chart key -> the one line saying why it is left out (keys absent: draw it). `red`: the
-    reduce's result (reduce/crossrank.Reduced); `views`: reduce/views.rank_views."""
-    per_rank, per_step, steps_trace = red.per_rank, red.waits_per_step, red.steps_trace
+ORDER = ("stragglers", "idle", "step_heatmap", "overlap", "kernel_types", "operators", "launches", "critical_path")
+"""The charts, in the order the summary and the report list them."""
+EARLY = ("idle", "step_heatmap", "overlap", "kernel_types", "operators", "launches")
+"""Charts of per-rank numbers only (reduce.crossrank.RankNumbers and reduce.views.rank_views): the
+pipeline starts drawing them before the what-if replay ends."""
+LATE = ("stragglers", "critical_path")
+"""Charts of the what-if replay and the critical path: drawn once the reduce has ended."""
+
+
+def in_order(d: dict) -> dict:
+    """`d` (chart key -> anything) with its keys in ORDER."""
+    return {k: d[k] for k in sorted(d, key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))}
+
+
+def nothing_to_show(red, views: dict[str, pd.DataFrame], keys=ORDER) -> dict[str, str]:
+    """Chart key -> the one line saying why it is left out (keys absent: draw it), for the charts
+    `keys`. `red`: the reduce's result (reduce/crossrank.Reduced), or for EARLY charts only its
+    RankNumbers; `views`: reduce/views.rank_views."""
+    why: dict[str, str] = {}
+    n_ranks = len(red.metas)
+    if "stragglers" in keys:
+        if n_ranks < 2:
+            why["stragglers"] = "one rank analysed; stragglers need two ranks or more"
+        elif red.waits_per_step is None or red.waits_per_step.empty:
+            why["stragglers"] = "no collective could be matched across ranks"
+    if "critical_path" in keys:
+        cp = getattr(red, "critical_path", None)
+        if cp is None or cp.links.empty:
+            why["critical_path"] = ("one rank analysed; the cross-rank critical path needs two ranks or more" if n_ranks < 2
+                                    else "no profiled step could be replayed (no collective matched across ranks)")
+    early = [k for k in keys if k in EARLY]
+    if early:
+        why.update({k: v for k, v in _per_rank_reasons(red, views).items() if k in early})
+    return why
+
+
+def _per_rank_reasons(red, views: dict[str, pd.DataFrame]) -> dict[str, str]:
+    """nothing_to_show for the EARLY charts."""
+    per_rank, steps_trace, device = red.per_rank, red.steps_trace, red.device
     step_rows = red.steps.records if not red.steps.records.empty else steps_trace
-    kernel_breakdown, device, n_ranks = red.kernel_breakdown, red.device, len(red.metas)
+    kernel_breakdown = red.kernel_breakdown
     operators, launches = views.get("operators"), views.get("launch_summary")
     why: dict[str, str] = {}
-    if n_ranks < 2:
-        why["stragglers"] = "one rank analysed; stragglers need two ranks or more"
-    elif per_step is None or per_step.empty:
-        why["stragglers"] = "no collective could be matched across ranks"
     if _col(per_rank, "idle_pct").empty and (steps_trace is None or steps_trace.empty):
         why["idle"] = "no GPU kernels and no profiled steps in the traces"
     if step_rows is None or step_rows.empty:
@@ -48,8 +79,4 @@ def nothing_to_show(red, views: dict[str, pd.DataFrame]) -> dict[str, str]:
         why["launches"] = "CPU-only run: no kernel launches"
     elif launches is None or launches.empty or "launches" not in launches or launches["launches"].fillna(0).sum() == 0:
         why["launches"] = "no kernel launch could be matched to its GPU kernel (no correlation ids)"
-    cp = getattr(red, "critical_path", None)
-    if cp is None or cp.links.empty:
-        why["critical_path"] = ("one rank analysed; the cross-rank critical path needs two ranks or more" if n_ranks < 2
-                                else "no profiled step could be replayed (no collective matched across ranks)")
     return why

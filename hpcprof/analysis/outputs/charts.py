@@ -20,6 +20,7 @@ from pathlib import Path
 from ..executors.local import stop_pool
 from ..reduce.crossrank import Reduced
 from ..reduce.whatif import NOISE_FLOOR_MS, REL_THRESHOLD
+from .chart_plan import ORDER
 from .layout import AnalysisDir
 
 
@@ -87,15 +88,17 @@ class Charts:
             stop_pool(pool)
 
 
-def draw_charts(charts: Charts, red: Reduced, out: AnalysisDir, views: dict, omitted: dict[str, str]) -> dict[str, Path]:
-    """Start drawing every chart that has something to show (`omitted`: chart_plan.nothing_to_show);
+def draw_charts(charts: Charts, red: Reduced, out: AnalysisDir, views: dict, omitted: dict[str, str],
+                keys=ORDER) -> dict[str, Path]:
+    """Start drawing every chart of `keys` that has something to show (`omitted`: chart_plan.nothing_to_show);
     return chart key -> PNG path (drawn once charts.wait() returns). `views`: the operator and
-    launch tables (reduce/views.py)."""
+    launch tables (reduce/views.py). `red`: the reduce's result, or for chart_plan.EARLY charts only
+    its RankNumbers (reduce/crossrank.py)."""
     plots: dict[str, Path] = {}
     nodes = red.nodes
 
     def want(key: str) -> bool:
-        if key in omitted:
+        if key in omitted or key not in keys:
             return False
         plots[key] = out.plot(key)
         return True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -67,6 +68,23 @@ class Reduced:
     """The cross-rank critical path of each profiled step (reduce.critical_path)."""
 
 
+@dataclass
+class RankNumbers:
+    """The part of the reduce known before the matching and the what-if replay: what the charts of
+    per-rank numbers need (reduce_ranks' `on_ranks`). Its fields are Reduced's of the same names;
+    `per_rank` lacks the columns the what-if adds (whatif_cost_ms_per_step, comm_*)."""
+
+    metas: dict[int, dict]
+    nodes: dict[int, str | None]
+    device: str
+    steps_trace: pd.DataFrame
+    steps: StepTimes
+    per_rank: pd.DataFrame
+    kernel_breakdown: pd.DataFrame
+    idle: pd.DataFrame
+    throughput_steps: pd.DataFrame | None
+
+
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
     """One of the map's per-rank tables (ranks.mapper.TABLES) for every rank, with a rank column."""
     return read_rank_tables((r, v.tables.get(name)) for r, v in keep.items())
@@ -77,15 +95,17 @@ STAGES = ["per-rank tables", "step times", "matching and what-if replay", "criti
 
 
 def reduce_ranks(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: list[str],
-                 progress: bool = False) -> Reduced:
+                 progress: bool = False, on_ranks: Callable[[RankNumbers], None] | None = None) -> Reduced:
     """Reduce the selected ranks; what keeps a cross-rank result from being computed is appended to
     `warnings`. `progress`: a bar of the stages (STAGES), once the reduce takes more than a second
-    (256 ranks: seconds)."""
+    (256 ranks: seconds). `on_ranks`: called with the RankNumbers once they are known, before the
+    matching and the what-if replay (the pipeline starts the charts of per-rank numbers there)."""
     with Stages("hpcprof: cross-rank analysis", STAGES, progress) as stages:
-        return _reduce(src, keep, manifest, warnings, stages)
+        return _reduce(src, keep, manifest, warnings, stages, on_ranks)
 
 
-def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: list[str], stages: Stages) -> Reduced:
+def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: list[str], stages: Stages,
+            on_ranks: Callable[[RankNumbers], None] | None = None) -> Reduced:
     metas = {r: v.meta for r, v in keep.items()}
     nodes = node_names(manifest, metas)
     device = job_device(metas)
@@ -118,6 +138,9 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
                         f"(steps/rank-<r>.jsonl); one rank's samples/s is not the job's: see the per-rank figures")
     per_rank = per_rank_table(metas, nodes, steps_trace, steps.stats)
     kb = kernel_breakdown(ktype)
+    if on_ranks is not None:
+        on_ranks(RankNumbers(metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
+                             kernel_breakdown=kb, idle=idle, throughput_steps=tp_steps))
     kx = kernels_across_ranks(kall)
 
     hosts = {r: nodes.get(r) for r in metas}

@@ -108,15 +108,19 @@ def launch_recommendation(summary: pd.DataFrame, idle: pd.DataFrame, per_rank: p
     }
 
 
-def rank_views(keep: dict, idle: pd.DataFrame, per_rank: pd.DataFrame, recommendations: list[dict]) -> dict:
+def rank_views(keep: dict) -> dict:
     """The tables `operators`, `kernel_launches` (RankParts) and `launch_summary` of the selected ranks
-    (`keep`: rank -> RankResult); the launch recommendation, when it applies, is added to
-    `recommendations` in score order."""
+    (`keep`: rank -> RankResult). They need nothing of the cross-rank reduce, so the pipeline makes
+    them while it runs (the charts of them start drawing before the what-if replay ends)."""
     ops = gather({r: v.tables.get("operators") for r, v in keep.items()})
     launches = RankParts({r: v.tables.get("launch_stats") for r, v in keep.items()})
-    summary = launch_table(launches)
-    rec = launch_recommendation(summary, idle, per_rank)
+    return {"operators": ops, "kernel_launches": launches, "launch_summary": launch_table(launches)}
+
+
+def add_launch_recommendation(views: dict, idle: pd.DataFrame, per_rank: pd.DataFrame, recommendations: list[dict]) -> None:
+    """The launch recommendation, when it applies, added to `recommendations` in score order
+    (`views`: rank_views)."""
+    rec = launch_recommendation(views["launch_summary"], idle, per_rank)
     if rec is not None:
         recommendations.append(rec)
         recommendations.sort(key=lambda r: -float(r.get("score") or 0.0))
-    return {"operators": ops, "kernel_launches": launches, "launch_summary": summary}
