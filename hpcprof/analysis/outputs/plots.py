@@ -24,6 +24,7 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.colors import LinearSegmentedColormap, TwoSlopeNorm  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from . import png  # noqa: E402
 from .rank_axis import axis_inches, rank_ticks, visible_width  # noqa: E402
 from .rank_axis import labels as _labels  # noqa: E402
 
@@ -43,7 +44,7 @@ def _legend_right(ax, handles=None, **kw) -> None:
 
 
 def _save(fig, path: Path) -> None:
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    png.save(fig, path, DPI)  # the pixels of savefig(bbox_inches="tight"), a third less CPU (png.py)
     plt.close(fig)
 
 
