@@ -1,17 +1,21 @@
 """Saving a chart as a PNG: the pixels of `savefig(bbox_inches="tight")`, for less CPU.
 
-Measured on the 8 charts of a 16-rank analysis (tables/ and plots/ of /tmp/as/traces/ranks16-mb20,
-CPU-s in the chart process, medians): 1.21 s with savefig(bbox_inches="tight"); the same pixels in
-0.8 s with these three steps:
+Measured on the 8 charts of a 16-rank analysis (ranks16-mb20; CPU-s in one process, medians of
+repeats): 1.24 s with savefig(bbox_inches="tight"), 0.94 s with the same pixels by three steps
+(each measured alone against the tight save):
 - the tight box measured with `Figure.get_tightbbox` and passed to savefig: "tight" first runs a
   whole draw with drawing switched off only to settle the layout that get_tightbbox settles itself
   (-0.2 s);
 - each text's layout computed once per figure, not in every pass: matplotlib lays out a tick label
   again for the tight box, the axis label's position, the title's position and the draw, 3 times
-  a text in all (-0.2 s; `layouts_cached`);
+  a text in all (-0.15 to -0.2 s; `layouts_cached`);
 - the pixels written as an RGB PNG: they are opaque (the figure's white background), and PIL
   filters and compresses 3 bytes a pixel instead of 4 (-0.015 s, files 10% smaller; PIL's compress
   level 3 or 1 instead of its 6 saved no more than the noise, 0.02 s, with files 10% larger).
+Tried and left: drawing once on a canvas larger than the figure and cropping it to the tight box
+(one layout pass less, but sub-pixel shifts changed thousands of pixels, and no faster than the
+above); a layout cache shared by all the charts of the process (0.02 s more, with rcParams and the
+font manager as unseen inputs).
 """
 
 from __future__ import annotations
