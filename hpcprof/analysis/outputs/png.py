@@ -29,7 +29,7 @@ import numpy as np
 from matplotlib.text import Text
 from PIL import Image
 
-# what Text._get_layout reads of the text (matplotlib 3.7 to 3.11); where a name is missing, texts are
+# what Text._get_layout reads of the text (the same in matplotlib 3.7 and 3.11); where a name is missing, texts are
 # laid out as matplotlib does, uncached
 _CACHEABLE = all(hasattr(Text, a) for a in ("_get_layout", "_get_multialignment", "get_parse_math", "get_wrap"))
 
