@@ -1,0 +1,95 @@
+"""outputs/png.py saves the pixels that savefig(bbox_inches="tight") saves (it skips the tight save's
+layout pass, reuses text layouts within a figure and writes RGB).
+
+Known answer: matplotlib's own tight save of the same figure, pixel for pixel, for every chart of a
+real analysis (8 DLRM ranks), the CPU-only branch of the idle chart, and the run-timeline chart.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from hpcprof.analysis.outputs import plots, png  # noqa: E402
+from hpcprof.analysis.outputs.charts import Charts  # noqa: E402
+from hpcprof.analysis.outputs.run_timeline import run_timeline_chart  # noqa: E402
+
+
+def _tight(fig, path):
+    fig.savefig(path, dpi=plots.DPI, bbox_inches="tight")
+    plt.close(fig)
+
+
+def pixels(path) -> np.ndarray:
+    return np.asarray(Image.open(path).convert("RGB"))
+
+
+def assert_same_as_tight(monkeypatch, tmp_path, draw, name: str) -> None:
+    """draw(path) saves through plots._save: once as it is, once with matplotlib's tight save."""
+    draw(tmp_path / f"{name}.png")
+    with monkeypatch.context() as m:
+        m.setattr(plots, "_save", _tight)
+        draw(tmp_path / f"{name}-tight.png")
+    new, ref = pixels(tmp_path / f"{name}.png"), pixels(tmp_path / f"{name}-tight.png")
+    assert new.shape == ref.shape and np.array_equal(new, ref), name
+    assert Image.open(tmp_path / f"{name}.png").mode == "RGB"
+
+
+@pytest.fixture(scope="module")
+def chart_calls(tmp_path_factory, parse_cache, traces):
+    """The chart calls of an analysis of the 8 DLRM ranks (drawn here, not in the chart process)."""
+    from hpcprof.analysis import analyze
+
+    calls = []
+    mp = pytest.MonkeyPatch()
+    mp.setattr(Charts, "draw", lambda self, chart, *args: calls.append((chart, args)))
+    try:
+        analyze(traces["dlrm"], out=tmp_path_factory.mktemp("png") / "an", workers=2, progress=False, cache_dir=parse_cache)
+    finally:
+        mp.undo()
+    return calls
+
+
+def test_every_chart_of_an_analysis_as_the_tight_save(monkeypatch, tmp_path, chart_calls):
+    assert len(chart_calls) >= 6
+    for chart, args in chart_calls:
+        assert_same_as_tight(monkeypatch, tmp_path, lambda p: getattr(plots, chart)(*args[:-1], p), chart)
+
+
+def test_cpu_only_idle_chart_and_run_timeline_as_the_tight_save(monkeypatch, tmp_path):
+    steps = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2], "data_loading_ms": [1.0, 2.0, 1.5, 0.5],
+                          "cpu_work_ms": [5.0, 6.0, 5.5, 7.0], "host_gap_ms": [0.5, 0.2, 0.1, 0.3], "dur_ms": [8.0, 9.0, 8.0, 9.0]})
+    per_rank = pd.DataFrame({"rank": [0, 1]})
+    assert_same_as_tight(monkeypatch, tmp_path, lambda p: plots.idle_chart(per_rank, pd.DataFrame(), steps, {0: "node-a", 1: "node-b"}, p), "idle")
+    series = pd.DataFrame({"step": np.arange(40), "job_ms": 100 + np.arange(40) % 7, "late_ms_r0": np.arange(40) % 3,
+                           "late_ms_r1": -(np.arange(40) % 3)})
+    captures = [{"index": 0, "kind": "baseline", "steps": [3, 5]}, {"index": 1, "kind": "rank", "rank": 1, "score_ms": 12.5,
+                                                                    "steps": [20, 24], "window": [14, 19]}]
+    assert_same_as_tight(monkeypatch, tmp_path, lambda p: run_timeline_chart(series, captures, p), "run_timeline")
+
+
+def test_a_text_changed_after_its_layout_is_laid_out_anew():
+    """The layout reused is that of the same properties: a label made bold, rotated or renamed
+    between two layouts measures as matplotlib measures it."""
+    fig, ax = plt.subplots()
+    fig.set_dpi(plots.DPI)
+    t = ax.set_title("a title")
+    r = fig.canvas.get_renderer()
+    with png.layouts_cached():
+        before = t.get_window_extent(r)
+        changed = []
+        for change in (lambda: t.set_fontweight("bold"), lambda: t.set_rotation(30), lambda: t.set_text("another title"),
+                       lambda: t.set_fontsize(14), lambda: t.set_linespacing(2.0), lambda: t.set_text("two\nlines")):
+            change()
+            changed.append(t.get_window_extent(r))
+    uncached = t.get_window_extent(r)
+    assert changed[-1].bounds == uncached.bounds
+    assert len({before.bounds, *(b.bounds for b in changed)}) == 7  # each change changed the extent
+    plt.close(fig)
