@@ -23,7 +23,7 @@ from .. import cache
 from ..decode.load import TraceError, file_digest, trace_meta
 from ..decode.stream import read_event_table
 from .operators import operator_table
-from .result import RankResult
+from .result import RankResult, write_table
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
 from .timeline_piece import PIECE, timeline_piece
 
@@ -99,28 +99,26 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     try:  # the merged timeline's part of this rank (outputs/timeline_trace.py); never costs the rank
         piece, piece_info = timeline_piece(table)
         if piece is not None:
-            import pyarrow.parquet as pq
-
-            pq.write_table(piece, out / f"{PIECE}.parquet")
+            write_table(piece, out / f"{PIECE}.parquet")
         del piece
     except Exception as exc:
         piece_info = {"main_tid": None, "steps": []}
         piece_problem = f"{trace_path.name}: not on the merged timeline ({type(exc).__name__}: {exc})"
     tl = build_timeline(table)
-    operator_table(table).to_parquet(out / "operators.parquet", index=False)
+    write_table(operator_table(table), out / "operators.parquet")
     warnings = list(tm.warnings) + ([piece_problem] if piece_problem else [])
     name = trace_path.name
     if skipped:
         warnings.append(f"{name} (rank {tm.rank}): {skipped} entries of traceEvents are not JSON objects and were skipped")
 
     steps = _steps_table(tl)
-    steps.to_parquet(out / "steps.parquet", index=False)
+    write_table(steps, out / "steps.parquet")
     colls = _collectives_table(tl)
-    colls.to_parquet(out / "collectives.parquet", index=False)
+    write_table(colls, out / "collectives.parquet")
 
     busy = tl.busy()
     bs, be = _coalesce(busy.s, busy.e, BUSY_GAP_US)
-    pd.DataFrame({"start_us": bs, "end_us": be}).to_parquet(out / "busy.parquet", index=False)
+    write_table(pd.DataFrame({"start_us": bs, "end_us": be}), out / "busy.parquet")
 
     gpu: dict[str, Any] = {"temporal": None, "overlap_pct": None}
     loader = None
@@ -151,14 +149,14 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
             for key in ("idle", "kernel_type", "kernels_top", "kernels_all", "launch_stats"):
                 df = h[key].copy()
                 df["rank"] = tm.rank
-                df.to_parquet(out / f"{key}.parquet", index=False)
+                write_table(df, out / f"{key}.parquet")
             # our classes beside HTA's: communication by what the trace says (ranks/comm_kernels.py)
             ours = h.get("ours")
             if ours is not None:
                 row = ours["temporal"].iloc[0].to_dict()
                 gpu["hpcprof_temporal"] = {k: (None if isinstance(v, float) and math.isnan(v) else float(v)) for k, v in row.items() if k != "rank"}
                 gpu["hpcprof_overlap_pct"] = ours["overlap_pct"]
-                ours["kernel_type"].assign(rank=tm.rank).to_parquet(out / "kernel_type_hpcprof.parquet", index=False)
+                write_table(ours["kernel_type"].assign(rank=tm.rank), out / "kernel_type_hpcprof.parquet")
         except Exception as exc:  # HTA rejects odd traces in many ways; report, keep the host-side analysis
             warnings.append(f"{name} (rank {tm.rank}): HTA could not analyse this trace ({type(exc).__name__}: {exc}); GPU fields are null")
 
