@@ -117,7 +117,10 @@ def short_kernel_name(name: str) -> str:
 def _arr(ev: pd.DataFrame, col: str, n: int, numeric: bool = False) -> np.ndarray:
     if col not in ev:
         return np.full(n, np.nan) if numeric else np.full(n, None, dtype=object)
-    c = ev[col]
+    return _values(ev[col], numeric)
+
+
+def _values(c: pd.Series, numeric: bool) -> np.ndarray:
     if numeric:
         if c.dtype.kind in "if":
             return c.to_numpy(dtype=float)
@@ -129,7 +132,7 @@ def _at(ev: pd.DataFrame, col: str, idx: np.ndarray, numeric: bool = False) -> n
     """Column `col` at row positions `idx` only (as `_arr` gives it for the whole column)."""
     if col not in ev:
         return np.full(idx.shape, np.nan) if numeric else np.full(idx.shape, None, dtype=object)
-    return _arr(ev[col].iloc[idx].reset_index(drop=True).to_frame(), col, idx.size, numeric)
+    return _values(ev[col].iloc[idx], numeric)
 
 
 class _Names:
@@ -279,7 +282,7 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
         hit = ext_of_op.reindex(ext_dev[own_ext]).to_numpy()
         by_ext[own_ext] = np.where(np.isnan(hit), -1, hit).astype(np.int64)
     coll_name = _arr(ev, "coll_name", n)[dev_rows]
-    carries = np.array([isinstance(v, str) and v not in ("", "wait", "barrier") for v in coll_name], dtype=bool)
+    carries = _Names(coll_name).where(lambda v: isinstance(v, str) and v not in ("", "wait", "barrier"))
 
     dev_names = names.take(dev_rows)
     aten = dev_names.test(ATEN_RE, search=True)
@@ -296,7 +299,10 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
     if link_ok.any():
         by_api = around(api)
         op = np.where(by_api >= 0, by_api, np.where(by_op >= 0, by_op, by_ext))
-        r[link_ok] = [f"launched by {name[o]}" if o >= 0 else "carries a Collective name" for o in op[link_ok]]
+        # one text per distinct launching op's name (op: rows of host ops, whose names are texts)
+        said = np.array([f"launched by {u}" for u in names.uniq] + ["carries a Collective name"], dtype=object)
+        o = op[link_ok]
+        r[link_ok] = said[np.where(o >= 0, names.codes[np.maximum(o, 0)], -1)]
     r[hta_comm[dev_rows]] = "name"
     is_c = ~pd.isna(r)
     reason = np.full(n, None, dtype=object)
@@ -312,8 +318,7 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
     rpc_row = np.where(by_rpc >= 0, by_rpc, np.where((bext >= 0) & rpc[np.maximum(bext, 0)], bext, -1))
 
     def meta(col: str, numeric: bool = False) -> np.ndarray:
-        own = _at(ev, col, rows, numeric)
-        via = _at(ev, col, np.maximum(rpc_row, 0), numeric)
+        own, via = np.split(_at(ev, col, np.concatenate([rows, np.maximum(rpc_row, 0)]), numeric), [rows.size])
         if numeric:
             return np.where(np.isnan(own) & (rpc_row >= 0), via, own)
         return _known(own, np.where(rpc_row >= 0, via, None))
@@ -326,8 +331,9 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
     size = np.array([DTYPE_BYTES.get(str(d).strip().lower(), np.nan) if d is not None else np.nan for d in meta("msg_dtype")], dtype=float)
     msg = meta("in_nelems", numeric=True) * size
     if "input_dims" in ev and "input_type" in ev:
-        for i in np.flatnonzero(np.isnan(msg) & (by_ann >= 0)):
-            msg[i] = _bytes_from_dims(ev["input_dims"].iat[by_ann[i]], ev["input_type"].iat[by_ann[i]])
+        sized = np.flatnonzero(np.isnan(msg) & (by_ann >= 0))
+        dims, types = (ev[c].iloc[by_ann[sized]].tolist() for c in ("input_dims", "input_type"))
+        msg[sized] = [_bytes_from_dims(d, t) for d, t in zip(dims, types)]
 
     def full(v: np.ndarray, numeric: bool = False) -> np.ndarray:
         out = np.full(n, np.nan) if numeric else np.full(n, None, dtype=object)

@@ -219,10 +219,11 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     is the largest "Total Allocated" of the `[memory]` instant events on a GPU (Device Type != 0).
     """
     n = len(ev)
-    col = ev.get
-    ph = col("ph", pd.Series([None] * n))
-    name = col("name", pd.Series([None] * n))
-    cat = col("cat", pd.Series([None] * n))
+
+    def col(key: str, missing=None) -> pd.Series:  # the default made only where the column is absent
+        return ev[key] if key in ev else pd.Series([missing] * n)
+
+    ph, name, cat = col("ph"), col("name"), col("cat")
 
     mem_peak = None
     m = (ph == "i").to_numpy() & (name == "[memory]").to_numpy()
@@ -231,8 +232,8 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and (d if d is not None else 1) != 0]
         mem_peak = max(vals) if vals else None
 
-    ts = _numeric(col("ts", pd.Series([np.nan] * n)))
-    dur = _numeric(col("dur", pd.Series([np.nan] * n)))
+    ts = _numeric(col("ts", np.nan))
+    dur = _numeric(col("dur", np.nan))
     # names and categories factorized once: each test runs on the distinct values, and no Python
     # string is made per event (they were 28 MB of the rank's peak memory on a 20.5 MB trace)
     nm, cn = _Names.column(ev, "name", n), _Names.column(ev, "cat", n)
@@ -251,7 +252,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
         device_kind = "cuda"  # kernels launched, their activity not traced: a GPU run all the same
     is_host = x & cn.where(_one_of(HOST_CATS))
 
-    tid = col("tid", pd.Series([None] * n)).to_numpy(dtype=object)
+    tid = col("tid").to_numpy(dtype=object)
     is_step = is_host & nm.test(STEP_RE)
     others = is_host & ~is_step
     is_gloo = others & nm.test(GLOO_RE)
@@ -310,7 +311,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
         return ck.kind[i]
 
     # host launch time of each device op, by correlation id (cudaLaunchKernel & co. carry the same id)
-    corr = _numeric(col("correlation", pd.Series([np.nan] * n)))
+    corr = _numeric(col("correlation", np.nan))
     # (the first host event with the id, in trace order)
     host_corr = x & ~is_gpu & np.isfinite(corr) & (corr >= 0)
     ids, first = np.unique(corr[host_corr], return_index=True)  # first: where each id first occurs
@@ -323,14 +324,15 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     launch_by_row[gpu_idx] = dev_launch
 
     collectives = []
-    stream = ev["stream"].to_numpy(dtype=object)
+    comm_rows = np.flatnonzero(comm)
     has_args = ev["has_args"].to_numpy(dtype=bool)
-    for i in np.flatnonzero(comm):
+    # the stream of the communication kernels only (not a Python int per event)
+    for i, stream in zip(comm_rows, ev["stream"].iloc[comm_rows].to_numpy(dtype=object)):
         collectives.append(
             {
                 "kind": comm_kind(i),
                 "name": names[i],
-                "group": group(i, stream[i] if has_args[i] else "default"),
+                "group": group(i, stream if has_args[i] else "default"),
                 "seq": seq(i),
                 "comms_id": ck.comms_id[i],
                 "msg_bytes": float(ck.msg_bytes[i]),
