@@ -24,6 +24,7 @@ from ..decode.load import TraceError, file_digest, trace_meta
 from ..decode.stream import read_event_table
 from .operators import operator_table
 from .result import RankResult, write_table
+from .categories import CategoryClock
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
 from .timeline_piece import PIECE, timeline_piece
 
@@ -111,12 +112,10 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     if skipped:
         warnings.append(f"{name} (rank {tm.rank}): {skipped} entries of traceEvents are not JSON objects and were skipped")
 
-    steps = _steps_table(tl)
-    write_table(steps, out / "steps.parquet")
-    colls = _collectives_table(tl)
-    write_table(colls, out / "collectives.parquet")
+    clock, busy = tl.category_clock(), tl.busy()  # each made once, for both tables
+    write_table(_steps_table(tl, clock, busy), out / "steps.parquet")
+    write_table(_collectives_table(tl, clock), out / "collectives.parquet")
 
-    busy = tl.busy()
     bs, be = _coalesce(busy.s, busy.e, BUSY_GAP_US)
     write_table(pd.DataFrame({"start_us": bs, "end_us": be}), out / "busy.parquet")
 
@@ -202,14 +201,15 @@ def _coalesce(s: np.ndarray, e: np.ndarray, gap: float) -> tuple[np.ndarray, np.
     return s[idx], ends
 
 
-def _steps_table(tl: RankTimeline) -> pd.DataFrame:
+def _steps_table(tl: RankTimeline, clock: CategoryClock, busy: Intervals) -> pd.DataFrame:
     cols = ["step", "ts_us", "end_us", "dur_ms"] + [f"{c}_ms" for c in CATEGORIES] + ["comm_ms", "comm_exposed_ms"]
     if not tl.steps:
         return pd.DataFrame({c: pd.Series(dtype="float") for c in cols})
     st = np.array([s[0] for s in tl.steps])
     a = np.array([s[1] for s in tl.steps])
     b = np.array([s[2] for s in tl.steps])
-    df = pd.DataFrame({"step": st, "ts_us": a, "end_us": b, "dur_ms": (b - a) / 1e3})
+    # the columns gathered in a dict and made a frame once (not inserted one by one: 80 inserts a rank)
+    df = {"step": st, "ts_us": a, "end_us": b, "dur_ms": (b - a) / 1e3}
     for k, v in tl.window(a, b).items():
         df[f"{k}_ms"] = v / 1e3
     # time with a collective in flight (GPU: NCCL kernels; CPU: gloo ops), and the part of it not
@@ -219,7 +219,6 @@ def _steps_table(tl: RankTimeline) -> pd.DataFrame:
     else:
         c = Intervals([x["arrival_us"] for x in tl.collectives], [x["end_us"] for x in tl.collectives])
     df["comm_ms"] = c.covered(a, b) / 1e3
-    busy = tl.busy()
     exposed = []
     for lo, hi in zip(a, b):
         s_, e_ = np.clip(c.s, lo, hi), np.clip(c.e, lo, hi)
@@ -229,11 +228,11 @@ def _steps_table(tl: RankTimeline) -> pd.DataFrame:
     # the rank's step ends when its host span ends or the device work launched in it ends, whichever
     # is later (the what-if replay of the reduce and the trace drills use the same step end)
     df["device_end_us"] = tl.device_end_in(a, b)
-    _cum_columns(df, tl.category_clock(), {"start": a, "stop": np.fmax(b, df["device_end_us"].to_numpy(float))})
-    return df
+    _cum_columns(df, clock, {"start": a, "stop": np.fmax(b, df["device_end_us"])})
+    return pd.DataFrame(df)
 
 
-def _cum_columns(df: pd.DataFrame, clock, at: dict) -> None:
+def _cum_columns(df: dict, clock: CategoryClock, at: dict) -> None:
     """Add cum_<category>_<name>_ms: time in each cause category up to each instant of `at` (the
     reduce takes differences of two of them: the time in a window; see ranks.categories)."""
     for name, t in at.items():
@@ -241,7 +240,7 @@ def _cum_columns(df: pd.DataFrame, clock, at: dict) -> None:
             df[f"cum_{c}_{name}_ms"] = v / 1e3
 
 
-def _collectives_table(tl: RankTimeline) -> pd.DataFrame:
+def _collectives_table(tl: RankTimeline, clock: CategoryClock) -> pd.DataFrame:
     cols = ["group", "kind", "name", "seq", "comms_id", "msg_bytes", "comm_reason", "step", "idx", "arrival_us", "end_us", "launch_us",
             "window_start_us", "source", "waited"]
     cats = [f"win_{c}_ms" for c in CATEGORIES]
@@ -279,7 +278,9 @@ def _collectives_table(tl: RankTimeline) -> pd.DataFrame:
     else:
         ws = prev_end.fillna(df["arrival_us"]).to_numpy()
     df["window_start_us"] = np.minimum(ws.astype(float), df["arrival_us"].to_numpy())
-    for k, v in tl.window(df["window_start_us"].to_numpy(), df["arrival_us"].to_numpy()).items():
-        df[f"win_{k}_ms"] = v / 1e3
-    _cum_columns(df, tl.category_clock(), {"arrival": df["arrival_us"].to_numpy(float), "end": df["end_us"].to_numpy(float)})
-    return df[cols + cats + [c for c in df.columns if c.startswith("cum_")]]
+    out = {c: df[c] for c in cols}  # the rest gathered in a dict, the frame made once
+    win = tl.window(df["window_start_us"].to_numpy(), df["arrival_us"].to_numpy())
+    for k in CATEGORIES:
+        out[f"win_{k}_ms"] = win[k] / 1e3
+    _cum_columns(out, clock, {"arrival": df["arrival_us"].to_numpy(float), "end": df["end_us"].to_numpy(float)})
+    return pd.DataFrame(out)
