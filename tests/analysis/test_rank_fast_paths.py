@@ -43,3 +43,12 @@ def test_factor_equals_pandas_no_sentinel_factorization(values):
 ])
 def test_thread_codes_equal_codes_of_the_texts(tid):
     assert np.array_equal(_thread_codes(tid), pd.factorize(tid.astype(str), use_na_sentinel=False)[0])
+
+
+@pytest.mark.parametrize("v", [7, "7", 1, True])
+def test_equals_is_pythons_equality(v):
+    """The factorized path (v neither None nor a float): missing values of any kind equal nothing."""
+    from hpcprof.analysis.ranks.timeline import _equals
+
+    values = np.array([7, "7", None, np.nan, pd.NA, pd.NaT, 1, True, 1.0, "a", 7], dtype=object)
+    assert _equals(values, v).tolist() == [not pd.isna(t) and bool(t == v) for t in values]

@@ -177,11 +177,13 @@ def _coll_kind_from_kernel(name: str) -> str:
 
 def _equals(values: np.ndarray, v) -> np.ndarray:
     """values == v element-wise, as Python's == (an int 5 equals 5.0, never "5"), tested once per
-    distinct value (None or a float: every value, as missing values are one in the factorization)."""
+    distinct value (None or a float: every value, as missing values are one in the factorization).
+    Missing values (code -1) equal no such v: the factorization need not test every value for
+    being missing first, as use_na_sentinel=False does (4 ms on a 20 MB rank's tid column)."""
     try:
         if v is None or isinstance(v, float):
             raise TypeError
-        codes, uniq = pd.factorize(values, use_na_sentinel=False)
+        codes, uniq = pd.factorize(values)
     except TypeError:  # also a value that cannot be hashed (a list as tid in a hostile trace)
         return np.array([t == v for t in values], dtype=bool)
     return np.array([u == v for u in uniq] + [False], dtype=bool)[codes]
