@@ -135,10 +135,13 @@ def _at(ev: pd.DataFrame, col: str, idx: np.ndarray, numeric: bool = False) -> n
     return _values(ev[col].iloc[idx], numeric)
 
 
-class _Names:
-    """A column of names factorized once; each pattern is evaluated once per distinct name."""
+class Names:
+    """A column of names factorized once (pd.factorize, missing values -1); each pattern is evaluated
+    once per distinct name. The map factorizes the name and category columns once for all its
+    stages (ranks/mapper.py)."""
 
     def __init__(self, values, codes: np.ndarray | None = None, uniq: np.ndarray | None = None):
+        self.per_row = False
         if codes is None:
             try:
                 codes, uniq = pd.factorize(pd.Series(values, dtype=object) if isinstance(values, np.ndarray) else values,
@@ -146,17 +149,18 @@ class _Names:
             except TypeError:  # a value that cannot be hashed (a list in a hostile trace): each row its own value
                 uniq = np.asarray(values, dtype=object)
                 codes = np.arange(uniq.size)
+                self.per_row = True
         self.codes, self.uniq = codes, np.asarray(uniq, dtype=object)
 
     @classmethod
-    def column(cls, ev: pd.DataFrame, col: str, n: int) -> "_Names":
+    def column(cls, ev: pd.DataFrame, col: str, n: int) -> "Names":
         """Column `col` of the event table factorized (all missing where the table has no such column)."""
         if col not in ev:
             return cls(None, np.full(n, -1, dtype=np.intp), np.empty(0, dtype=object))
         return cls(ev[col])
 
-    def take(self, rows: np.ndarray) -> "_Names":
-        return _Names(None, self.codes[rows], self.uniq)
+    def take(self, rows: np.ndarray) -> "Names":
+        return Names(None, self.codes[rows], self.uniq)
 
     def values(self) -> np.ndarray:
         """The column as an object array whose texts are the distinct values' objects (no new Python
@@ -222,10 +226,10 @@ def _one_of(values) -> "callable":
     return lambda u: isinstance(u, str) and u in allowed
 
 
-def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None) -> CommKernels:
+def classify(ev: pd.DataFrame, device: np.ndarray, names: "Names | None" = None, cats: "Names | None" = None) -> CommKernels:
     """The rules of the module docstring on an event table (decode/events.event_table, or
-    `frame_from_events`); `device`: the rows that are device activity (kernels, copies); `names`:
-    the table's name column factorized, where the caller has it already.
+    `frame_from_events`); `device`: the rows that are device activity (kernels, copies); `names`,
+    `cats`: the table's name and category columns factorized, where the caller has them already.
 
     The text columns (ph, cat, name) are tested once per distinct value, and names are kept as the
     distinct values' objects: no Python string per event (a 20.5 MB rank: 81,000 events, 300 names)."""
@@ -238,10 +242,10 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
     end = ts + _arr(ev, "dur", n, numeric=True)
     corr = _arr(ev, "correlation", n, numeric=True)
     ext = _arr(ev, "external_id", n, numeric=True)
-    names = names if names is not None else _Names.column(ev, "name", n)
+    names = names if names is not None else Names.column(ev, "name", n)
     name = names.values()
-    cats = _Names.column(ev, "cat", n)
-    complete = _Names.column(ev, "ph", n).where(lambda u: u == "X") & np.isfinite(ts) & np.isfinite(end)
+    cats = cats if cats is not None else Names.column(ev, "cat", n)
+    complete = Names.column(ev, "ph", n).where(lambda u: u == "X") & np.isfinite(ts) & np.isfinite(end)
     device = np.asarray(device, dtype=bool) & complete
 
     is_memory = device & (names.test(MEMORY_RE) | cats.where(_one_of(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"])))
@@ -282,7 +286,7 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
         hit = ext_of_op.reindex(ext_dev[own_ext]).to_numpy()
         by_ext[own_ext] = np.where(np.isnan(hit), -1, hit).astype(np.int64)
     coll_name = _arr(ev, "coll_name", n)[dev_rows]
-    carries = _Names(coll_name).where(lambda v: isinstance(v, str) and v not in ("", "wait", "barrier"))
+    carries = Names(coll_name).where(lambda v: isinstance(v, str) and v not in ("", "wait", "barrier"))
 
     dev_names = names.take(dev_rows)
     aten = dev_names.test(ATEN_RE, search=True)

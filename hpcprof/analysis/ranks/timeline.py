@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .categories import STEP_CATEGORIES, CategoryClock
-from .comm_kernels import _Names, _one_of, classify, short_kernel_name
+from .comm_kernels import Names, _one_of, classify, short_kernel_name
 
 from ...rundir.records import REGION_DATA
 
@@ -212,13 +212,14 @@ def _drives_a_gpu(name: pd.Series, cat: pd.Series) -> bool:
     return bool(runtime.any() and name[runtime].map(lambda v: isinstance(v, str) and bool(GPU_DRIVING.match(v))).any())
 
 
-def build_timeline(ev: pd.DataFrame) -> RankTimeline:
+def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | None = None) -> RankTimeline:
     """Timeline of one rank from its event table (hpcprof.analysis.decode.events.event_table).
 
     Complete events (`ph` X) with a name and a numeric `ts` and `dur` are used: GPU categories as
     GPU activity, host categories on the main thread (the thread holding most ProfilerStep#N
     regions) as host activity; `gloo:<op>` host events are the CPU collectives. The GPU memory peak
     is the largest "Total Allocated" of the `[memory]` instant events on a GPU (Device Type != 0).
+    `names`, `cats`: the name and category columns factorized (Names.column), where the caller has them.
     """
     n = len(ev)
 
@@ -238,7 +239,8 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
     dur = _numeric(col("dur", np.nan))
     # names and categories factorized once: each test runs on the distinct values, and no Python
     # string is made per event (they were 28 MB of the rank's peak memory on a 20.5 MB trace)
-    nm, cn = _Names.column(ev, "name", n), _Names.column(ev, "cat", n)
+    nm = names if names is not None else Names.column(ev, "name", n)
+    cn = cats if cats is not None else Names.column(ev, "cat", n)
     is_str = nm.where(lambda v: isinstance(v, str)) if name.dtype == object else name.notna().to_numpy()
     x = (ph == "X").to_numpy() & is_str & np.isfinite(ts) & np.isfinite(dur)
     end = ts + dur
@@ -283,7 +285,7 @@ def build_timeline(ev: pd.DataFrame) -> RankTimeline:
 
     # communication kernels by what the trace says (ranks/comm_kernels.py): HTA's name rule, the
     # host-side collective that launched a kernel, known communication libraries
-    ck = classify(ev, is_gpu, names=nm)
+    ck = classify(ev, is_gpu, names=nm, cats=cn)
     comm = is_gpu & ck.mask
     memory = is_gpu & ~comm & (nm.test(MEMORY_RE) | cn.where(_one_of(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"])))
     comp = is_gpu & ~comm & ~memory
