@@ -52,3 +52,18 @@ def test_equals_is_pythons_equality(v):
 
     values = np.array([7, "7", None, np.nan, pd.NA, pd.NaT, 1, True, 1.0, "a", 7], dtype=object)
     assert _equals(values, v).tolist() == [not pd.isna(t) and bool(t == v) for t in values]
+
+
+@pytest.mark.parametrize("pid, tid", [
+    ([1, 1, 2, 1, 2], [10, 11, 10, 10, 10]),
+    ([1, "1", 2, "2"], [5, 5, "x", "x"]),  # the same texts from an int and a text: one thread
+    ([1, 1.0, True, None], [5, 5, 5, 5]),  # 1, 1.0 and True are one value to a factorization
+    (["a|b", "a"], ["c", "b|c"]),  # two pairs, one text
+    ([], []),
+])
+def test_thread_ids_equal_codes_of_the_texts(pid, tid):
+    from hpcprof.analysis.ranks.comm_kernels import _thread_ids
+
+    p, t = np.array(pid, dtype=object), np.array(tid, dtype=object)
+    want = pd.factorize(pd.Series([f"{a}|{b}" for a, b in zip(p, t)], dtype=object))[0]
+    assert np.array_equal(_thread_ids(p, t), want)

@@ -177,6 +177,18 @@ class Names:
         return self.where(lambda u: isinstance(u, str) and f(u))
 
 
+def _thread_ids(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Codes of the texts f"{pid}|{tid}" (one thread per text) in order of first appearance, made
+    per distinct (pid, tid) pair where the ids are ints and texts only (a factorization holds 1, 1.0
+    and True for one value: three texts), else per row (5 -> 0.5 ms on a 20 MB rank)."""
+    if not set(map(type, pid)) | set(map(type, tid)) <= {str, int}:
+        return pd.factorize(pd.Series([f"{p}|{t}" for p, t in zip(pid, tid)], dtype=object))[0]
+    (pc, pu), (tc, tu) = pd.factorize(pid), pd.factorize(tid)
+    pair, first = pd.factorize(pc * len(tu) + tc)
+    texts = pd.Series([f"{pu[k // len(tu)]}|{tu[k % len(tu)]}" for k in first], dtype=object)
+    return pd.factorize(texts)[0][pair]
+
+
 def _containing(op_rows: np.ndarray, op_thread: np.ndarray, ts: np.ndarray, end: np.ndarray,
                 q_t: np.ndarray, q_thread: np.ndarray) -> np.ndarray:
     """For each query instant q_t on thread q_thread: the row (of `op_rows`) of an op on the same
@@ -261,7 +273,7 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "Names | None" = None,
     need = np.flatnonzero(comm_op | runtime)
     pid, tid = _arr(ev, "pid", n), _arr(ev, "tid", n)
     thread = np.full(n, -1, dtype=np.int64)
-    thread[need] = pd.factorize(pd.Series([f"{p}|{t}" for p, t in zip(pid[need], tid[need])], dtype=object))[0]
+    thread[need] = _thread_ids(pid[need], tid[need])
 
     # the launch of each device op: the host-side runtime call with its correlation id
     dev_rows = np.flatnonzero(device)
