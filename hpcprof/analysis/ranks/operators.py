@@ -33,6 +33,8 @@ RUNTIME_CUTOFF_US = 50  # HTA's defaults for get_cuda_kernel_launch_stats
 LAUNCH_DELAY_CUTOFF_US = 100
 GPU_CATS = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
+_TEXT = pd.Series(np.array(["x"], dtype=object)).dtype
+"""The dtype pandas infers for texts (storage and missing value both: StringDtype compares them)."""
 
 
 def _num(s: pd.Series) -> np.ndarray:
@@ -80,7 +82,10 @@ def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS) -> pd.DataFrame:
     g_w = np.concatenate([np.zeros(n_ops), g_rt])
     op_end = ts[op_i] + dur[op_i]
     host_self, dev_total, dev_self = _walk(tid_c[order], w_ts[order], op_pos[order], g_w[order], op_end, dur[op_i])
-    names = ev["name"].iloc[op_i].to_numpy(dtype=object)
+    names = ev["name"].iloc[op_i]
+    # a text column as pandas would infer it from the names' objects (the decode's): taken as it is,
+    # not rebuilt from one Python string per operator (4.2 -> 0.7 ms on a 20 MB rank)
+    names = names.reset_index(drop=True) if names.dtype == _TEXT else names.to_numpy(dtype=object)
     df = pd.DataFrame({"name": names, "host_total_us": dur[op_i], "host_self_us": np.clip(host_self, 0, None),
                        "device_total_us": dev_total, "device_self_us": dev_self})
     # one sum of all columns and one size, not a named aggregation per column (the same sums: 5.1 ->
