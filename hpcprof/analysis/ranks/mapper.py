@@ -22,10 +22,10 @@ import pandas as pd
 from .. import cache
 from ..decode.load import TraceError, file_digest, trace_meta
 from ..decode.stream import read_event_table
-from .operators import operator_table
-from .result import RankResult, write_table
 from .categories import CategoryClock
 from .comm_kernels import Names
+from .operators import operator_table
+from .result import RankResult, write_table
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
 from .timeline_piece import PIECE, timeline_piece
 
