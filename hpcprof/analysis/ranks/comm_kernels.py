@@ -117,7 +117,10 @@ def short_kernel_name(name: str) -> str:
 def _arr(ev: pd.DataFrame, col: str, n: int, numeric: bool = False) -> np.ndarray:
     if col not in ev:
         return np.full(n, np.nan) if numeric else np.full(n, None, dtype=object)
-    c = ev[col]
+    return _values(ev[col], numeric)
+
+
+def _values(c: pd.Series, numeric: bool) -> np.ndarray:
     if numeric:
         if c.dtype.kind in "if":
             return c.to_numpy(dtype=float)
@@ -129,13 +132,16 @@ def _at(ev: pd.DataFrame, col: str, idx: np.ndarray, numeric: bool = False) -> n
     """Column `col` at row positions `idx` only (as `_arr` gives it for the whole column)."""
     if col not in ev:
         return np.full(idx.shape, np.nan) if numeric else np.full(idx.shape, None, dtype=object)
-    return _arr(ev[col].iloc[idx].reset_index(drop=True).to_frame(), col, idx.size, numeric)
+    return _values(ev[col].iloc[idx], numeric)
 
 
-class _Names:
-    """A column of names factorized once; each pattern is evaluated once per distinct name."""
+class Names:
+    """A column of names factorized once (pd.factorize, missing values -1); each pattern is evaluated
+    once per distinct name. The map factorizes the name and category columns once for all its
+    stages (ranks/mapper.py)."""
 
     def __init__(self, values, codes: np.ndarray | None = None, uniq: np.ndarray | None = None):
+        self.per_row = False
         if codes is None:
             try:
                 codes, uniq = pd.factorize(pd.Series(values, dtype=object) if isinstance(values, np.ndarray) else values,
@@ -143,17 +149,18 @@ class _Names:
             except TypeError:  # a value that cannot be hashed (a list in a hostile trace): each row its own value
                 uniq = np.asarray(values, dtype=object)
                 codes = np.arange(uniq.size)
+                self.per_row = True
         self.codes, self.uniq = codes, np.asarray(uniq, dtype=object)
 
     @classmethod
-    def column(cls, ev: pd.DataFrame, col: str, n: int) -> "_Names":
+    def column(cls, ev: pd.DataFrame, col: str, n: int) -> "Names":
         """Column `col` of the event table factorized (all missing where the table has no such column)."""
         if col not in ev:
             return cls(None, np.full(n, -1, dtype=np.intp), np.empty(0, dtype=object))
         return cls(ev[col])
 
-    def take(self, rows: np.ndarray) -> "_Names":
-        return _Names(None, self.codes[rows], self.uniq)
+    def take(self, rows: np.ndarray) -> "Names":
+        return Names(None, self.codes[rows], self.uniq)
 
     def values(self) -> np.ndarray:
         """The column as an object array whose texts are the distinct values' objects (no new Python
@@ -168,6 +175,18 @@ class _Names:
     def test(self, rx: re.Pattern, search: bool = False) -> np.ndarray:
         f = rx.search if search else rx.match
         return self.where(lambda u: isinstance(u, str) and f(u))
+
+
+def _thread_ids(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Codes of the texts f"{pid}|{tid}" (one thread per text) in order of first appearance, made
+    per distinct (pid, tid) pair where the ids are ints and texts only (a factorization holds 1, 1.0
+    and True for one value: three texts), else per row (5 -> 0.5 ms on a 20 MB rank)."""
+    if not set(map(type, pid)) | set(map(type, tid)) <= {str, int}:
+        return pd.factorize(pd.Series([f"{p}|{t}" for p, t in zip(pid, tid)], dtype=object))[0]
+    (pc, pu), (tc, tu) = pd.factorize(pid), pd.factorize(tid)
+    pair, first = pd.factorize(pc * len(tu) + tc)
+    texts = pd.Series([f"{pu[k // len(tu)]}|{tu[k % len(tu)]}" for k in first], dtype=object)
+    return pd.factorize(texts)[0][pair]
 
 
 def _containing(op_rows: np.ndarray, op_thread: np.ndarray, ts: np.ndarray, end: np.ndarray,
@@ -219,10 +238,10 @@ def _one_of(values) -> "callable":
     return lambda u: isinstance(u, str) and u in allowed
 
 
-def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None) -> CommKernels:
+def classify(ev: pd.DataFrame, device: np.ndarray, names: "Names | None" = None, cats: "Names | None" = None) -> CommKernels:
     """The rules of the module docstring on an event table (decode/events.event_table, or
-    `frame_from_events`); `device`: the rows that are device activity (kernels, copies); `names`:
-    the table's name column factorized, where the caller has it already.
+    `frame_from_events`); `device`: the rows that are device activity (kernels, copies); `names`,
+    `cats`: the table's name and category columns factorized, where the caller has them already.
 
     The text columns (ph, cat, name) are tested once per distinct value, and names are kept as the
     distinct values' objects: no Python string per event (a 20.5 MB rank: 81,000 events, 300 names)."""
@@ -235,10 +254,10 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
     end = ts + _arr(ev, "dur", n, numeric=True)
     corr = _arr(ev, "correlation", n, numeric=True)
     ext = _arr(ev, "external_id", n, numeric=True)
-    names = names if names is not None else _Names.column(ev, "name", n)
+    names = names if names is not None else Names.column(ev, "name", n)
     name = names.values()
-    cats = _Names.column(ev, "cat", n)
-    complete = _Names.column(ev, "ph", n).where(lambda u: u == "X") & np.isfinite(ts) & np.isfinite(end)
+    cats = cats if cats is not None else Names.column(ev, "cat", n)
+    complete = Names.column(ev, "ph", n).where(lambda u: u == "X") & np.isfinite(ts) & np.isfinite(end)
     device = np.asarray(device, dtype=bool) & complete
 
     is_memory = device & (names.test(MEMORY_RE) | cats.where(_one_of(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"])))
@@ -254,7 +273,7 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
     need = np.flatnonzero(comm_op | runtime)
     pid, tid = _arr(ev, "pid", n), _arr(ev, "tid", n)
     thread = np.full(n, -1, dtype=np.int64)
-    thread[need] = pd.factorize(pd.Series([f"{p}|{t}" for p, t in zip(pid[need], tid[need])], dtype=object))[0]
+    thread[need] = _thread_ids(pid[need], tid[need])
 
     # the launch of each device op: the host-side runtime call with its correlation id
     dev_rows = np.flatnonzero(device)
@@ -279,7 +298,7 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
         hit = ext_of_op.reindex(ext_dev[own_ext]).to_numpy()
         by_ext[own_ext] = np.where(np.isnan(hit), -1, hit).astype(np.int64)
     coll_name = _arr(ev, "coll_name", n)[dev_rows]
-    carries = np.array([isinstance(v, str) and v not in ("", "wait", "barrier") for v in coll_name], dtype=bool)
+    carries = Names(coll_name).where(lambda v: isinstance(v, str) and v not in ("", "wait", "barrier"))
 
     dev_names = names.take(dev_rows)
     aten = dev_names.test(ATEN_RE, search=True)
@@ -296,7 +315,10 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
     if link_ok.any():
         by_api = around(api)
         op = np.where(by_api >= 0, by_api, np.where(by_op >= 0, by_op, by_ext))
-        r[link_ok] = [f"launched by {name[o]}" if o >= 0 else "carries a Collective name" for o in op[link_ok]]
+        # one text per distinct launching op's name (op: rows of host ops, whose names are texts)
+        said = np.array([f"launched by {u}" for u in names.uniq] + ["carries a Collective name"], dtype=object)
+        o = op[link_ok]
+        r[link_ok] = said[np.where(o >= 0, names.codes[np.maximum(o, 0)], -1)]
     r[hta_comm[dev_rows]] = "name"
     is_c = ~pd.isna(r)
     reason = np.full(n, None, dtype=object)
@@ -312,8 +334,7 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
     rpc_row = np.where(by_rpc >= 0, by_rpc, np.where((bext >= 0) & rpc[np.maximum(bext, 0)], bext, -1))
 
     def meta(col: str, numeric: bool = False) -> np.ndarray:
-        own = _at(ev, col, rows, numeric)
-        via = _at(ev, col, np.maximum(rpc_row, 0), numeric)
+        own, via = np.split(_at(ev, col, np.concatenate([rows, np.maximum(rpc_row, 0)]), numeric), [rows.size])
         if numeric:
             return np.where(np.isnan(own) & (rpc_row >= 0), via, own)
         return _known(own, np.where(rpc_row >= 0, via, None))
@@ -326,8 +347,9 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "_Names | None" = None
     size = np.array([DTYPE_BYTES.get(str(d).strip().lower(), np.nan) if d is not None else np.nan for d in meta("msg_dtype")], dtype=float)
     msg = meta("in_nelems", numeric=True) * size
     if "input_dims" in ev and "input_type" in ev:
-        for i in np.flatnonzero(np.isnan(msg) & (by_ann >= 0)):
-            msg[i] = _bytes_from_dims(ev["input_dims"].iat[by_ann[i]], ev["input_type"].iat[by_ann[i]])
+        sized = np.flatnonzero(np.isnan(msg) & (by_ann >= 0))
+        dims, types = (ev[c].iloc[by_ann[sized]].tolist() for c in ("input_dims", "input_type"))
+        msg[sized] = [_bytes_from_dims(d, t) for d, t in zip(dims, types)]
 
     def full(v: np.ndarray, numeric: bool = False) -> np.ndarray:
         out = np.full(n, np.nan) if numeric else np.full(n, None, dtype=object)

@@ -33,6 +33,8 @@ RUNTIME_CUTOFF_US = 50  # HTA's defaults for get_cuda_kernel_launch_stats
 LAUNCH_DELAY_CUTOFF_US = 100
 GPU_CATS = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
+_TEXT = pd.Series(np.array(["x"], dtype=object)).dtype
+"""The dtype pandas infers for texts (storage and missing value both: StringDtype compares them)."""
 
 
 def _num(s: pd.Series) -> np.ndarray:
@@ -65,7 +67,7 @@ def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS) -> pd.DataFrame:
     # floating-point sum, is that of sorting (tid, ts, -dur or 0, kind, row)
     walked = np.concatenate([op_i, rt_i])
     kind = np.concatenate([np.zeros(n_ops, dtype=np.int8), np.ones(rt_i.size, dtype=np.int8)])
-    tid_c = pd.factorize(ev["tid"].iloc[walked].astype(str), use_na_sentinel=False)[0]
+    tid_c = _thread_codes(ev["tid"].iloc[walked])
     w_ts = ts[walked]
     order = np.lexsort((walked, kind, np.where(kind == 0, -dur[walked], 0.0), w_ts, tid_c))
     op_pos = np.concatenate([np.arange(n_ops), np.full(rt_i.size, -1)])
@@ -80,14 +82,33 @@ def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS) -> pd.DataFrame:
     g_w = np.concatenate([np.zeros(n_ops), g_rt])
     op_end = ts[op_i] + dur[op_i]
     host_self, dev_total, dev_self = _walk(tid_c[order], w_ts[order], op_pos[order], g_w[order], op_end, dur[op_i])
-    names = ev["name"].iloc[op_i].to_numpy(dtype=object)
+    names = ev["name"].iloc[op_i]
+    # a text column as pandas would infer it from the names' objects (the decode's): taken as it is,
+    # not rebuilt from one Python string per operator (4.2 -> 0.7 ms on a 20 MB rank)
+    names = names.reset_index(drop=True) if names.dtype == _TEXT else names.to_numpy(dtype=object)
     df = pd.DataFrame({"name": names, "host_total_us": dur[op_i], "host_self_us": np.clip(host_self, 0, None),
                        "device_total_us": dev_total, "device_self_us": dev_self})
-    agg = df.groupby("name").agg(calls=("host_total_us", "size"), host_total_us=("host_total_us", "sum"),
-                                 host_self_us=("host_self_us", "sum"), device_total_us=("device_total_us", "sum"),
-                                 device_self_us=("device_self_us", "sum")).reset_index()
-    keep = set(agg.nlargest(top, "host_total_us")["name"]) | set(agg[agg["device_total_us"] > 0].nlargest(top, "device_total_us")["name"])
-    return agg[agg["name"].isin(keep)].sort_values("host_total_us", ascending=False, ignore_index=True)[cols]
+    # one sum of all columns and one size, not a named aggregation per column (the same sums: 5.1 ->
+    # 1.9 ms on a 20 MB rank); the top operators by a stable sort, as nlargest's keep="first" picks them
+    g = df.groupby("name")
+    agg = g.sum()
+    agg.insert(0, "calls", g.size())
+    agg = agg.reset_index()
+    keep = np.zeros(len(agg), dtype=bool)
+    for col, rows in (("host_total_us", np.arange(len(agg))), ("device_total_us", np.flatnonzero(agg["device_total_us"].to_numpy() > 0))):
+        v = agg[col].to_numpy()[rows]
+        keep[rows[np.argsort(-v, kind="stable")[:top]]] = True
+    return agg[keep].sort_values("host_total_us", ascending=False, ignore_index=True)[cols]
+
+
+def _thread_codes(tid: pd.Series) -> np.ndarray:
+    """Codes of the threads as texts (equal texts, one thread), in order of first appearance: the
+    distinct ids turned into texts, not every row (8 -> 2 ms on a 20 MB rank), where the ids are ints
+    and texts only (a factorization holds 1, 1.0 and True for one value: three texts); else per row."""
+    if tid.dtype.kind in "iu" or set(map(type, tid.to_numpy(dtype=object))) <= {str, int}:
+        codes, uniq = pd.factorize(tid)  # nothing missing
+        return pd.factorize(pd.Series(uniq, dtype=object).astype(str), use_na_sentinel=False)[0][codes]
+    return pd.factorize(tid.astype(str), use_na_sentinel=False)[0]
 
 
 def _walk(tid: np.ndarray, t0: np.ndarray, op: np.ndarray, g: np.ndarray, op_end: np.ndarray,

@@ -8,6 +8,7 @@ result carries their paths.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,26 @@ class RankResult:
     @property
     def rank(self) -> int:
         return self.meta["rank"]
+
+
+PARQUET_OPTIONS = {"compression": "none", "write_statistics": False}
+"""How the map writes its tables: uncompressed, without column statistics (nothing reads them: no
+filter pushdown). The same content; a 20 MB rank's timeline piece writes in 8 instead of 14 ms and
+reads in 3.0 instead of 3.6 ms, at twice the size on disk (1 MB)."""
+
+
+def write_table(table, path) -> None:
+    """A pandas frame (without its index, as `to_parquet(index=False)` writes it: the same schema and
+    pandas metadata, without pandas' file-handle layer) or an Arrow table, as a Parquet file."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if isinstance(table, pd.DataFrame):
+        frame, table = table, pa.Table.from_pandas(table, preserve_index=False)
+        if frame.attrs:  # as pandas' writer keeps them
+            table = table.replace_schema_metadata({**table.schema.metadata, "PANDAS_ATTRS": json.dumps(frame.attrs)})
+    pq.write_table(table, str(path), **PARQUET_OPTIONS)
 
 
 def read_table(path: str, columns: list[str] | None = None):

@@ -26,6 +26,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from .comm_kernels import Names
+
 PIECE = "timeline"
 """Table name in the parse-cache entry (ranks.mapper.TABLES)."""
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -73,23 +75,38 @@ def _json_strings(values: np.ndarray) -> np.ndarray:
     return np.array([msgspec.json.encode(v).decode() if isinstance(v, str) else "null" for v in values], dtype=object)
 
 
-def _factor(values) -> tuple[np.ndarray, np.ndarray]:
+def _factor(values, coded: Names | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(codes, distinct values) of a column; every per-value test runs on the few distinct values
     (a trace has about a thousand names in 85,000 events), not on every event, and no Python object
-    is made per event."""
-    c, u = pd.factorize(values, use_na_sentinel=False)
-    return c, np.asarray(u, dtype=object)
+    is made per event. Missing values are one value (NaN), coded where they first occur, as
+    pd.factorize(use_na_sentinel=False) codes them; made from the codes with missing values as -1,
+    as that first tests every value of an object column for being missing (pid, tid: 7 -> 1 ms).
+    `coded`: that factorization of `values`, where the caller has it (the map's Names of the name
+    and category columns; not one made row by row, as the unhashable values make this one fail)."""
+    if coded is not None and not coded.per_row:
+        c, u = coded.codes, coded.uniq
+    else:
+        c, u = pd.factorize(values, use_na_sentinel=True)
+        u = np.asarray(u, dtype=object)
+    missing = np.flatnonzero(c < 0)
+    if missing.size:
+        k = int(c[:missing[0]].max()) + 1 if missing[0] else 0  # the distinct values before the first missing one
+        c = c + (c >= k)
+        c[missing] = k
+        u = np.insert(u, k, np.nan)
+    return c, u
 
 
-def timeline_piece(ev: pd.DataFrame) -> tuple[pa.Table | None, dict]:
+def timeline_piece(ev: pd.DataFrame, names: Names | None = None, cats: Names | None = None) -> tuple[pa.Table | None, dict]:
     """(the piece's events or None when the rank has no profiler step, meta.json's `timeline`:
-    {"main_tid": str, "steps": [[step, start_us, end_us], ...]} of the main thread)."""
+    {"main_tid": str, "steps": [[step, start_us, end_us], ...]} of the main thread). `names`,
+    `cats`: the name and category columns factorized (comm_kernels.Names.column), where the caller has them."""
     n = len(ev)
     get = lambda k, default=None: ev[k] if k in ev else pd.Series([default] * n)  # noqa: E731
     ph = get("ph")
     ph_x, ph_i = (ph == "X").to_numpy(dtype=bool), (ph == "i").to_numpy(dtype=bool)
-    name_c, names = _factor(get("name"))
-    cat_c, cats = _factor(get("cat"))
+    name_c, names = _factor(get("name"), names)
+    cat_c, cats = _factor(get("cat"), cats)
     cats = np.array(["" if not isinstance(v, str) and pd.isna(v) else v for v in cats], dtype=object)  # no category: ""
     ts = _num(get("ts", np.nan))
     dur = _num(get("dur", np.nan))
