@@ -74,8 +74,8 @@ def pieces(codes: np.ndarray, vals: np.ndarray, objs: np.ndarray, count: tuple):
     iv, fv = vals.view(np.int64), vals.view(np.float64)
     if count[C_NULL] == n:
         return _nones(n)
-    if count[C_INT] == n:  # a read-only view of the parser's bytes: the join copies it
-        return iv
+    if count[C_INT] == n:
+        return iv.copy()
     if count[C_INT] + count[C_FLOAT] == n:
         isint = codes == C_INT
         f = fv.copy()
