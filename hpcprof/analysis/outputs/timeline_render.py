@@ -65,7 +65,14 @@ def select_events(piece: pa.Table, lo: float, hi: float) -> pa.Table:
     """The events of the chosen steps' window [lo, hi) of the rank's own clock, in trace order, by
     the rules of ranks/timeline_piece.window_mask (a piece holds complete and instant events only)."""
     is_x, gpu, runtime, ts, dur, corr = (col(piece, c) for c in ("is_x", "gpu", "runtime", "ts", "dur", "corr"))
-    return piece.filter(pa.array(window_mask(is_x, ~is_x, gpu, runtime, ts, dur, corr, lo, hi)))
+    return keep_rows(piece, window_mask(is_x, ~is_x, gpu, runtime, ts, dur, corr, lo, hi))
+
+
+def keep_rows(t: pa.Table, mask: np.ndarray) -> pa.Table:
+    """The rows of `t` where `mask` holds: `t` itself where it holds everywhere (the chosen steps
+    are all the profiled ones, the budget drops nothing), not a copy of it (at 16 ranks, the two
+    copies were 0.03 CPU-s and a piece's size of the parent's peak)."""
+    return t if mask.all() else t.filter(pa.array(mask))
 
 
 def thread_ids(f: pa.Table, main_tid: str) -> tuple[dict[tuple[bool, str, str], tuple[int, str]], np.ndarray]:
@@ -144,10 +151,22 @@ def _dictionary(t: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray, pa.Buff
     return arr.indices.to_numpy(zero_copy_only=False).astype(np.int64), offsets, d.buffers()[2] or b""
 
 
-def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray, native: bool = True):
+class TextBuffer:
+    """Where the native text of a batch is written, kept from batch to batch and rank to rank: a
+    fresh bytes object per batch was faulted in anew each time (the 138 MB of text of 16 ranks:
+    about 34,000 page faults, 0.1 CPU-s of the kernel's). It grows to the largest batch's bound
+    (about 3 times its text), uninitialised: only the pages the text reaches are ever resident."""
+
+    def __init__(self):
+        self.buf = np.empty(0, dtype=np.uint8)
+
+
+def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray, native: bool = True,
+                  scratch: TextBuffer | None = None):
     """The events of `f` as JSON text, BATCH events at a time (runs of objects each followed by a
     comma): natively where the extension is built (_native_text.c: the same objects, numbers that
-    parse to the same doubles), else (or with native=False) with Arrow's string kernels."""
+    parse to the same doubles), else (or with native=False) with Arrow's string kernels. With
+    `scratch`, the native text is a view of its buffer, valid until the next batch is asked for."""
     # (an extension built before this function existed has none: an editable install not rebuilt)
     events_json = getattr(cext.get(), "events_json", None) if native else None
     cat, name = (_dictionary(f, "cat_json"), _dictionary(f, "name_json")) if events_json is not None else (None, None)
@@ -161,8 +180,16 @@ def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray, native: b
     tids = np.ascontiguousarray(tids, dtype=np.int64)
     for lo in range(0, len(f), BATCH):
         b = slice(lo, lo + BATCH)
-        yield events_json(is_x[b], cat[0][b], cat[1], cat[2], name[0][b], name[1], name[2], ts[b], dur[b], tids[b],
-                          corr_i[b], has_args[b], r, float(shift))
+        cols = (is_x[b], cat[0][b], cat[1], cat[2], name[0][b], name[1], name[2], ts[b], dur[b], tids[b], corr_i[b], has_args[b],
+                r, float(shift))
+        if scratch is None:
+            yield events_json(*cols)
+            continue
+        n = events_json(*cols, scratch.buf)
+        if n < 0:  # more than the buffer holds: -n is the bound
+            scratch.buf = np.empty(-n, dtype=np.uint8)
+            n = events_json(*cols, scratch.buf)
+        yield memoryview(scratch.buf[:n])
 
 
 def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarray) -> tuple[memoryview | bytes, int]:
@@ -195,11 +222,12 @@ def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarr
     return _joined(pc.binary_join_element_wise(s, e, "")), 2 * int(cand.sum())
 
 
-def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep_flows: bool, write) -> int:
+def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep_flows: bool, write,
+                scratch: TextBuffer | None = None) -> int:
     """The rank's process: its name, its threads' names, its events (shifted by -shift: onto the
     job's clock, time 0 at the start of the first chosen step), and its launch flows, handed to
     `write` as runs of JSON objects each followed by a comma; returns the number of events that are
-    not metadata."""
+    not metadata. With `scratch` (event_batches), `write` must copy what it is handed before it returns."""
     r = label.rank
     gpu = col(f, "gpu")
     dev = col(f, "dev")[gpu]
@@ -215,7 +243,7 @@ def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep
     for new, name in threads.values():
         meta += [_meta(r, new, "thread_name", {"name": name}), _meta(r, new, "thread_sort_index", {"sort_index": new})]
     write(b"".join(msgspec.json.encode(m) + b"," for m in meta))
-    for text in event_batches(f, r, shift, tids):  # in batches: the text of a batch is made and handed on
+    for text in event_batches(f, r, shift, tids, scratch=scratch):  # in batches: the text of a batch is made and handed on
         write(text)
     n = len(f)
     if keep_flows and len(f):
