@@ -88,7 +88,7 @@ def _link_dict(row: dict) -> dict:
 def path_of(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, kinds: dict | None = None,
             index: ClockIndex | None = None) -> tuple[list[dict], dict]:
     """The critical path of one step graph: its links in time order and the step's totals
-    (`index`: cause.ClockIndex(m), made once for all the graphs)."""
+    (`index`: cause.ClockIndex(m, steps), made once for all the graphs)."""
     E, setter, fin = (x[0] for x in replay_ends(g, g.seg[None], g.tail[None]))  # the replay with the measured segments
     cats = cause_clock(g, m, steps, index)  # the cumulative category times the straggler cause reads
     origin = float(g.start.min())
@@ -161,7 +161,7 @@ def critical_paths(graphs: list[StepGraph], m: pd.DataFrame | None, steps: pd.Da
         return CriticalPath(pd.DataFrame(columns=cols))
     kinds = m.groupby("key")["kind"].first().to_dict() if "kind" in m else {}
     rows, totals = [], []
-    index = ClockIndex(m)
+    index = ClockIndex(m, steps)
     for g in graphs:
         links, tot = path_of(g, m, steps, kinds, index)
         for n, x in enumerate(links):

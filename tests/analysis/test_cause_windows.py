@@ -1,0 +1,105 @@
+"""cause.window_excesses (every rank's windows of a step graph at once, one median call) against the
+rank-at-a-time reference it replaced, bit for bit: on generated jobs (GPU and CPU anchors, ranks
+missing from collectives, NaN category times, lonely collectives) and the 8 DLRM ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hpcprof.analysis.ranks.categories import CAUSE_CATEGORIES
+from hpcprof.analysis.reduce.cause import ClockIndex, cause_clock, window_excesses
+from hpcprof.analysis.reduce.matching import match_collectives
+from hpcprof.analysis.reduce.medians import nanmedian0
+from hpcprof.analysis.reduce.step_graph import build_graphs
+
+
+def _reference(g, s, clock):
+    """The rank-at-a-time window excess (cause.window_excess before window_excesses)."""
+    ca, ce, s0, s1 = clock
+    R, K = g.member.shape
+
+    def window(i, k, after):
+        p = g.prev[i, k] if k >= 0 else g.last_k[i]
+        t0, c0 = (g.coll_end[i, p], ce[i, p]) if p >= 0 else (g.start[i], s0[i])
+        if after >= 0 and g.member[i, after] and g.arrival[i, after] > t0:
+            c0 = ca[i, after]
+        return (ca[i, k] if k >= 0 else s1[i]) - c0
+
+    excess = np.zeros(len(CAUSE_CATEGORIES))
+    last = np.nanargmax(np.where(g.member, g.arrival, -np.inf), axis=0) if K else np.empty(0, dtype=int)
+    after = -1
+    for k in np.flatnonzero(last == s):
+        others = [window(i, k, after) for i in np.flatnonzero(g.member[:, k]) if i != s]
+        if others:
+            excess += np.nan_to_num(window(s, k, after) - nanmedian0(others))
+        after = k
+    if int(np.argmax(g.end)) == s:
+        others = [window(i, -1, after) for i in range(R) if i != s]
+        excess += np.nan_to_num(window(s, -1, after) - nanmedian0(others))
+    return excess
+
+
+def _job(rng, n_ranks, n_steps, n_colls, cpu):
+    colls, steps = [], []
+    for r in range(n_ranks):
+        cum = rng.random(len(CAUSE_CATEGORIES)) * 3
+        t = rng.random() * 2
+        for s in range(n_steps):
+            steps.append({"rank": r, "step": s, "ts_us": t * 1e3, **{f"cum_{c}_start_ms": v for c, v in zip(CAUSE_CATEGORIES, cum)}})
+            for k in range(n_colls):
+                if rng.random() < 0.15:  # this rank is not in this collective
+                    continue
+                t += rng.exponential(2.0)
+                ca = cum + rng.exponential(0.5, len(CAUSE_CATEGORIES))
+                if rng.random() < 0.05:
+                    ca[rng.integers(len(CAUSE_CATEGORIES))] = np.nan
+                end = t + rng.exponential(1.0)
+                ce = ca + rng.exponential(0.2, len(CAUSE_CATEGORIES))
+                colls.append({"rank": r, "group": "g", "kind": "ar", "name": "ar", "seq": float(s * 1000 + k), "step": s, "idx": k,
+                              "arrival_us": t * 1e3, "end_us": end * 1e3, "source": "cpu" if cpu else "gpu",
+                              "waited": bool(rng.random() < 0.7),
+                              **{f"cum_{c}_arrival_ms": v for c, v in zip(CAUSE_CATEGORIES, ca)},
+                              **{f"cum_{c}_end_ms": v for c, v in zip(CAUSE_CATEGORIES, ce)}})
+                t, cum = end, ce
+            t += rng.exponential(1.0)
+            cum = cum + rng.exponential(0.3, len(CAUSE_CATEGORIES))
+            steps[-1].update({"end_us": t * 1e3, **{f"cum_{c}_stop_ms": v for c, v in zip(CAUSE_CATEGORIES, cum)}})
+    return pd.DataFrame(colls), pd.DataFrame(steps)
+
+
+def _check(colls, steps, hosts):
+    mt = match_collectives(colls, hosts)
+    graphs = [g for g in build_graphs(mt.df, steps, mt.offsets) if g.member.shape[1] > 0]
+    assert graphs
+    index = ClockIndex(mt.df, steps)
+    for g in graphs:
+        clock = cause_clock(g, mt.df, steps, index)
+        got = window_excesses(g, clock)
+        want = np.array([_reference(g, i, clock) for i in range(len(g.ranks))])
+        assert np.array_equal(got, want), (g.step, got - want)
+        # the clock gathered with the index is the one gathered without it
+        for a, b in zip(clock, cause_clock(g, mt.df, steps)):
+            assert np.array_equal(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_generated_jobs_give_the_reference_excesses(seed):
+    rng = np.random.default_rng(seed)
+    n_ranks = int(rng.integers(2, 9))
+    colls, steps = _job(rng, n_ranks, int(rng.integers(1, 4)), int(rng.integers(1, 12)), cpu=bool(seed % 2))
+    _check(colls, steps, {r: "n" for r in range(n_ranks)})
+
+
+def test_dlrm_gives_the_reference_excesses(parse_cache):
+    from hpcprof.analysis.decode.load import discover_traces
+    from hpcprof.analysis.executors import run_map
+    from hpcprof.analysis.reduce.crossrank import rank_table
+    from hpcprof.analysis.ranks.select import select_ranks
+
+    from .conftest import DLRM, require
+
+    res = run_map("local", discover_traces(require(DLRM)), parse_cache, True, workers=1, progress=False)
+    keep, _ = select_ranks(res, {}, None, [])
+    _check(rank_table(keep, "collectives"), rank_table(keep, "steps"), {r: "n" for r in keep})
