@@ -1,6 +1,7 @@
-"""cause.window_excesses (every rank's windows of a step graph at once, one median call) against the
-rank-at-a-time reference it replaced, bit for bit: on generated jobs (GPU and CPU anchors, ranks
-missing from collectives, NaN category times, lonely collectives) and the 8 DLRM ranks."""
+"""The reduce's vectorised steps against the loops they replaced, bit for bit: cause.window_excesses
+(every rank's windows of a step graph at once, one median call) and step_graph's anchors and
+segments (build_graphs, _anchors), on generated jobs (GPU and CPU anchors, ranks missing from
+collectives, NaN category times) and the 8 DLRM ranks."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hpcprof.analysis.ranks.categories import CAUSE_CATEGORIES
 from hpcprof.analysis.reduce.cause import ClockIndex, cause_clock, window_excesses
 from hpcprof.analysis.reduce.matching import match_collectives
 from hpcprof.analysis.reduce.medians import nanmedian0
-from hpcprof.analysis.reduce.step_graph import build_graphs
+from hpcprof.analysis.reduce.step_graph import _anchors, build_graphs
 
 
 def _reference(g, s, clock):
@@ -39,6 +40,39 @@ def _reference(g, s, clock):
         others = [window(i, -1, after) for i in range(R) if i != s]
         excess += np.nan_to_num(window(s, -1, after) - nanmedian0(others))
     return excess
+
+
+def _reference_anchors(member, arr, end, chain, by_end):
+    """step_graph._anchors as it was, one rank and one collective at a time."""
+    R, K = member.shape
+    chain = chain & member
+    own = np.full((R, K), -1, dtype=int)
+    for i in range(R):
+        ks = np.flatnonzero(member[i])
+        for n, k in enumerate(ks):
+            done = [j for j in ks[:n] if chain[i, j] and end[i, j] <= arr[i, k]]
+            if done:
+                own[i, k] = max(done, key=lambda j: (end[i, j], j)) if by_end else done[-1]
+    anchor = np.full((R, K), -1, dtype=int)
+    for k in range(K):
+        m = np.flatnonzero(member[:, k])
+        common = own[m, k].min() if m.size else -1
+        for i in m:
+            anchor[i, k] = common if common < 0 or chain[i, common] else own[i, k]
+    return anchor
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_anchors_are_the_reference_anchors(seed):
+    rng = np.random.default_rng(seed)
+    R, K = int(rng.integers(1, 7)), int(rng.integers(0, 9))
+    arr = np.round(rng.random((R, K)) * 10, 0)  # rounded: equal ends and arrivals happen
+    end = arr + np.round(rng.random((R, K)) * 4, 0)
+    arr[rng.random((R, K)) < 0.25] = np.nan
+    member = ~np.isnan(arr)
+    chain = rng.random((R, K)) < 0.7
+    for by_end in (False, True):
+        assert np.array_equal(_anchors(member, arr, end, chain, by_end), _reference_anchors(member, arr, end, chain, by_end))
 
 
 def _job(rng, n_ranks, n_steps, n_colls, cpu):
@@ -69,12 +103,21 @@ def _job(rng, n_ranks, n_steps, n_colls, cpu):
     return pd.DataFrame(colls), pd.DataFrame(steps)
 
 
-def _check(colls, steps, hosts):
+def _check(colls, steps, hosts, gpu=True):
     mt = match_collectives(colls, hosts)
     graphs = [g for g in build_graphs(mt.df, steps, mt.offsets) if g.member.shape[1] > 0]
     assert graphs
     index = ClockIndex(mt.df, steps)
     for g in graphs:
+        R = len(g.ranks)
+        if gpu:  # (CPU graphs anchor on the chain points: _anchors is checked on its own above)
+            assert np.array_equal(g.prev, _reference_anchors(g.member, g.arrival, g.coll_end, g.member, False))
+        seg = np.full(g.member.shape, np.nan)
+        for i in range(R):
+            for k in np.flatnonzero(g.member[i]):
+                p = g.prev[i, k]
+                seg[i, k] = g.arrival[i, k] - (g.coll_end[i, p] if p >= 0 else g.start[i])
+        assert np.array_equal(g.seg, seg, equal_nan=True)
         clock = cause_clock(g, mt.df, steps, index)
         got = window_excesses(g, clock)
         want = np.array([_reference(g, i, clock) for i in range(len(g.ranks))])
@@ -89,7 +132,7 @@ def test_generated_jobs_give_the_reference_excesses(seed):
     rng = np.random.default_rng(seed)
     n_ranks = int(rng.integers(2, 9))
     colls, steps = _job(rng, n_ranks, int(rng.integers(1, 4)), int(rng.integers(1, 12)), cpu=bool(seed % 2))
-    _check(colls, steps, {r: "n" for r in range(n_ranks)})
+    _check(colls, steps, {r: "n" for r in range(n_ranks)}, gpu=not seed % 2)
 
 
 def test_dlrm_gives_the_reference_excesses(parse_cache):
