@@ -149,10 +149,10 @@ def waits_lane(colls: pd.DataFrame | None, clocks: ClockAlignment) -> Callable[[
         lane.info["annotated_collectives"] = int(late["key"].nunique()) if not late.empty else 0
         have, origin, out = set(ctx.ranks), ctx.origin_us, lane.events
         flow_id = 1
-        for key, grp in (late.groupby("key", sort=False) if not late.empty else []):
-            lr = int(grp["late_rank"].iloc[0])
-            first, last = float(grp["first"].iloc[0]) - origin, float(grp["last"].iloc[0]) - origin
-            kind, step, lateness = grp["kind"].iloc[0], int(grp["step"].iloc[0]), float(grp["lateness_ms"].iloc[0])
+        for key, grp in _groups(late):
+            lr = int(grp["late_rank"][0])
+            first, last = float(grp["first"][0]) - origin, float(grp["last"][0]) - origin
+            kind, step, lateness = grp["kind"][0], int(grp["step"][0]), float(grp["lateness_ms"][0])
             if lr in have:
                 out.append({"ph": "X", "cat": "hpcprof", "name": f"late arrival: rank {lr} at {kind}, {lateness:.2f} ms after the first rank",
                             "pid": lr, "tid": ANNOT_TID, "ts": round(first, 3), "dur": round(last - first, 3),
@@ -172,6 +172,22 @@ def waits_lane(colls: pd.DataFrame | None, clocks: ClockAlignment) -> Callable[[
         return lane
 
     return build
+
+
+def _groups(late: pd.DataFrame):
+    """(key, {column: its values as a list}) per collective of `late`, in the order of the keys'
+    first rows, each group's rows in their order (a pandas groupby yielding frames, read with iloc,
+    was 80 ms of the timeline at 16 ranks for 500 collectives)."""
+    if late.empty:
+        return
+    codes, keys = pd.factorize(late["key"])  # a missing key: -1, left out (as groupby does)
+    order = np.argsort(codes, kind="stable")
+    order = order[codes[order] >= 0]
+    cols = {c: late[c].to_numpy()[order].tolist() for c in ("late_rank", "first", "last", "kind", "step", "lateness_ms", "rank",
+                                                              "arrival", "wait_ms")}
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    for lo, hi, key in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)], keys):
+        yield key, {c: v[lo:hi] for c, v in cols.items()}
 
 
 # ---------------------------------------------------------------------------------- the file
