@@ -1,6 +1,6 @@
 """The reduce's vectorised steps against the loops they replaced, bit for bit: cause.window_excesses
-(every rank's windows of a step graph at once, one median call) and step_graph's anchors and
-segments (build_graphs, _anchors), on generated jobs (GPU and CPU anchors, ranks missing from
+(every rank's windows of a step graph at once, one median call) and step_graph's anchors,
+segments and medians of the others (build_graphs, _anchors, _median_others), on generated jobs (GPU and CPU anchors, ranks missing from
 collectives, NaN category times) and the 8 DLRM ranks."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hpcprof.analysis.ranks.categories import CAUSE_CATEGORIES
 from hpcprof.analysis.reduce.cause import ClockIndex, cause_clock, window_excesses
 from hpcprof.analysis.reduce.matching import match_collectives
 from hpcprof.analysis.reduce.medians import nanmedian0
-from hpcprof.analysis.reduce.step_graph import _anchors, build_graphs
+from hpcprof.analysis.reduce.step_graph import _anchors, _median_others, _median_others_loop, build_graphs
 
 
 def _reference(g, s, clock):
@@ -73,6 +73,20 @@ def test_anchors_are_the_reference_anchors(seed):
     chain = rng.random((R, K)) < 0.7
     for by_end in (False, True):
         assert np.array_equal(_anchors(member, arr, end, chain, by_end), _reference_anchors(member, arr, end, chain, by_end))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_medians_of_the_others_are_those_of_the_loop(seed):
+    rng = np.random.default_rng(seed)
+    R, K = int(rng.integers(0, 9)), int(rng.integers(0, 7))
+    x = np.round(rng.normal(size=(R, K)), int(rng.integers(0, 3)))  # rounded: ties happen
+    x[rng.random((R, K)) < 0.1] = -0.0
+    x[rng.random((R, K)) < 0.1] = np.nan
+    member = rng.random((R, K)) < 0.8
+    if seed % 7 == 6 and R and K:
+        x[0, 0], member[0, 0] = np.inf, True  # an infinite value: the loop itself
+    got, want = _median_others(x, member), _median_others_loop(x, member)
+    assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
 
 
 def _job(rng, n_ranks, n_steps, n_colls, cpu):

@@ -207,8 +207,40 @@ def _tail_anchors(chain: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
     """(R, K): per rank s and collective k, the median of the other members' x (x[s] itself where
-    s is the only member). Per collective from its members' sorted values: leaving out the value at
-    sorted position p shifts the indices at and above p by one (no R x R work: 256 ranks)."""
+    s is the only member). From each collective's members' sorted values: leaving out the value at
+    sorted position p shifts the indices at and above p by one (no R x R work: 256 ranks). All
+    collectives at once: the members' values sorted within each column (the others after them),
+    the same positions picked column by column as one collective at a time did (30 ms -> 5 at 16
+    ranks; an infinite value, which would tie with the others' fill, takes the loop)."""
+    x = np.asarray(x, dtype=float)
+    valid = member & ~np.isnan(x)
+    if np.isinf(x[valid]).any():
+        return _median_others_loop(x, member)
+    out = x.copy()
+    R, K = x.shape
+    if not (R and K):
+        return out
+    order = np.argsort(np.where(valid, x, np.inf), axis=0, kind="stable")
+    cols = np.arange(K)
+    v = x[order, cols]  # each column's members' values ascending, then the others'
+    pos = np.empty((R, K), dtype=np.int64)
+    pos[order, cols] = np.arange(R)[:, None]  # each row's sorted position in its column
+    n = valid.sum(axis=0)
+    half = n // 2
+    med_all = np.where(n % 2 == 1, v[np.minimum(half, R - 1), cols], (v[np.maximum(half - 1, 0), cols] + v[np.minimum(half, R - 1), cols]) / 2)
+    out = np.where(~valid & (n > 0)[None, :], med_all[None, :], out)  # not a (valid) member: the median of all members
+    n1 = n - 1
+
+    def at(i):  # (R, K): the value at sorted position i of the column without the row's own value
+        j = i[None, :] + (i[None, :] >= pos)
+        return v[np.clip(j, 0, R - 1), cols[None, :]]
+
+    others = np.where((n1 % 2 == 1)[None, :], at((n1 - 1) // 2), (at(n1 // 2 - 1) + at(n1 // 2)) / 2)
+    return np.where(valid & (n > 1)[None, :], others, out)
+
+
+def _median_others_loop(x: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """_median_others one collective at a time (for the values that are infinite)."""
     out = np.array(x, dtype=float, copy=True)
     for k in range(x.shape[1]):
         valid = member[:, k] & ~np.isnan(x[:, k])
