@@ -207,6 +207,15 @@ def test_text_written_into_a_kept_buffer_is_the_text_returned(calls):
         nat.events_json(*args, b"read-only" * 100)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_unique_inverse_is_numpys(seed):
+    rng = np.random.default_rng(seed)
+    space = int(rng.integers(1, 5000))
+    key = rng.integers(0, space, int(rng.integers(0, 3000))).astype(np.int64)
+    got, want = tr.unique_inverse(key, space), np.unique(key, return_inverse=True)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]) and got[1].dtype == np.int64
+
+
 @needs_native
 def test_generated_flows_give_the_same_text_natively(monkeypatch, calls):
     rng = np.random.default_rng(7)
