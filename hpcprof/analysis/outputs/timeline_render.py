@@ -66,8 +66,13 @@ def codes(t: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
 def select_events(piece: pa.Table, lo: float, hi: float) -> pa.Table:
     """The events of the chosen steps' window [lo, hi) of the rank's own clock, in trace order, by
     the rules of ranks/timeline_piece.window_mask (a piece holds complete and instant events only)."""
+    return keep_rows(piece, window_rows(piece, lo, hi))
+
+
+def window_rows(piece: pa.Table, lo: float, hi: float) -> np.ndarray:
+    """select_events' rows of `piece` as a mask (the timeline keeps it from its first pass to its second)."""
     is_x, gpu, runtime, ts, dur, corr = (col(piece, c) for c in ("is_x", "gpu", "runtime", "ts", "dur", "corr"))
-    return keep_rows(piece, window_mask(is_x, ~is_x, gpu, runtime, ts, dur, corr, lo, hi))
+    return window_mask(is_x, ~is_x, gpu, runtime, ts, dur, corr, lo, hi)
 
 
 def keep_rows(t: pa.Table, mask: np.ndarray) -> pa.Table:
