@@ -1,6 +1,7 @@
 """The reduce's vectorised steps against the loops they replaced, bit for bit: cause.window_excesses
 (every rank's windows of a step graph at once, one median call) and step_graph's anchors,
-segments and medians of the others (build_graphs, _anchors, _median_others), on generated jobs (GPU and CPU anchors, ranks missing from
+segments and medians of the others (build_graphs, _anchors, _median_others), and the measured
+replay the critical path takes from the what-if's scenarios (StepGraph.measured_ends), on generated jobs (GPU and CPU anchors, ranks missing from
 collectives, NaN category times) and the 8 DLRM ranks."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from hpcprof.analysis.ranks.categories import CAUSE_CATEGORIES
 from hpcprof.analysis.reduce.cause import ClockIndex, cause_clock, window_excesses
 from hpcprof.analysis.reduce.matching import match_collectives
 from hpcprof.analysis.reduce.medians import nanmedian0
-from hpcprof.analysis.reduce.step_graph import _anchors, _median_others, _median_others_loop, build_graphs
+from hpcprof.analysis.reduce.step_graph import _anchors, _median_others, _median_others_loop, build_graphs, replay, replay_ends, scenarios
 
 
 def _reference(g, s, clock):
@@ -132,6 +133,10 @@ def _check(colls, steps, hosts, gpu=True):
                 p = g.prev[i, k]
                 seg[i, k] = g.arrival[i, k] - (g.coll_end[i, p] if p >= 0 else g.start[i])
         assert np.array_equal(g.seg, seg, equal_nan=True)
+        assert g.measured_ends is None
+        t = replay(g, *scenarios(g))  # keeps scenario 0's ends: those of the measured replay alone
+        assert all(np.array_equal(a, b[0]) for a, b in zip(g.measured_ends, replay_ends(g, g.seg[None], g.tail[None])))
+        assert t[0] == replay(g, g.seg[None], g.tail[None])[0]
         clock = cause_clock(g, mt.df, steps, index)
         got = window_excesses(g, clock)
         want = np.array([_reference(g, i, clock) for i in range(len(g.ranks))])

@@ -93,7 +93,8 @@ def path_of(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, kinds: di
             index: ClockIndex | None = None) -> tuple[list[dict], dict]:
     """The critical path of one step graph: its links in time order and the step's totals
     (`index`: cause.ClockIndex(m, steps), made once for all the graphs)."""
-    E, setter, fin = (x[0] for x in replay_ends(g, g.seg[None], g.tail[None]))  # the replay with the measured segments
+    # the replay with the measured segments (kept by the what-if replay where it ran)
+    E, setter, fin = g.measured_ends if g.measured_ends is not None else (x[0] for x in replay_ends(g, g.seg[None], g.tail[None]))
     cats = cause_clock(g, m, steps, index)  # the cumulative category times the straggler cause reads
     origin = float(g.start.min())
     links: list[dict] = []

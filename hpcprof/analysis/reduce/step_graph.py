@@ -68,6 +68,9 @@ class StepGraph:
     prev: np.ndarray  # (R, K) the collective the segment before k starts from (-1: step start), see _anchors
     last_k: np.ndarray  # (R,) the rank's latest-ending collective, where its tail starts (-1: none)
     coll_end: np.ndarray  # (R, K) aligned ends (NaN if not a member)
+    measured_ends: tuple | None = None
+    """replay_ends with the measured segments (E, setter, fin of one scenario), kept by `replay` of
+    the `scenarios`, whose scenario 0 it is: the critical path reads it rather than replaying again."""
 
     @property
     def measured_ms(self) -> float:
@@ -321,7 +324,9 @@ def replay_ends(g: StepGraph, seg: np.ndarray | ScenarioSegments, tail: np.ndarr
 
 def replay(g: StepGraph, seg: np.ndarray | ScenarioSegments, tail: np.ndarray) -> np.ndarray:
     """Step times (ms) of S scenarios: `seg` (S, R, K, or ScenarioSegments) and `tail` (S, R) replace the measured ones."""
-    fin = replay_ends(g, seg, tail)[2]
+    E, setter, fin = replay_ends(g, seg, tail)
+    if isinstance(seg, ScenarioSegments):  # scenario 0: the measured segments and tails (each row is replayed apart)
+        g.measured_ends = (E[0], setter[0], fin[0])
     return (np.max(fin, axis=1) - g.start.min()) / 1e3
 
 
