@@ -534,8 +534,8 @@ static PyMethodDef methods[] = {
      "columns(buf, start, end, fields, decode) -> (n, [(codes, values, counts)], has_args, uniq) or None: the typed "
      "columns of the trace events in buf[start:end] (see decode/native.py)."},
     {"events_json", native_events_json, METH_VARARGS,
-     "events_json(is_x, cat_codes, cat_offsets, cat_data, name_codes, name_offsets, name_data, ts, dur, tid, corr, has_args, pid, shift) "
-     "-> bytes: the merged timeline's events as JSON objects each followed by a comma (see outputs/timeline_render.py)."},
+     "events_json(is_x, cat_codes, cat_offsets, cat_data, name_codes, name_offsets, name_data, ts, dur, tid, corr, has_args, pid, shift[, out]) "
+     "-> bytes (with out: the number of bytes written into it): the merged timeline's events as JSON objects each followed by a comma (see outputs/_native_text.c)."},
     {"flows_json", native_flows_json, METH_VARARGS,
      "flows_json(fid, s_tid, s_ts, f_tid, f_ts, pid, shift) -> bytes: the merged timeline's launch flows (see outputs/timeline_render.py)."},
     {NULL, NULL, 0, NULL}};

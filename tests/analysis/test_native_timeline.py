@@ -180,6 +180,43 @@ def test_generated_events_give_the_same_text_natively(seed, calls):
 
 
 @needs_native
+def test_text_written_into_a_kept_buffer_is_the_text_returned(calls):
+    """event_batches with a TextBuffer (the timeline's way: one buffer for every batch of every rank)
+    gives the text of the fresh-bytes way, batch by batch; the buffer grows where a batch needs more
+    (the extension returns minus its bound and writes nothing), and a batch's view is the text."""
+    rng = np.random.default_rng(11)
+    f, tids = _generated(rng, 40_000)
+    small = f.slice(0, 100)
+    scratch = tr.TextBuffer()
+    for t, r, shift in ((small, 2, 5.5), (f, 0, 1234.5678), (small, 7, -0.0005)):
+        fresh = [bytes(b) for b in tr.event_batches(t, r, shift, tids[:len(t)])]
+        kept = [bytes(b) for b in tr.event_batches(t, r, shift, tids[:len(t)], scratch=scratch)]
+        assert kept == fresh and len(kept) == -(-len(t) // tr.BATCH)
+    assert len(scratch.buf) > len(max(kept, key=len))
+    nat = cext.get()
+    z = np.zeros(2, dtype=np.int64)
+    args = [np.ones(2, bool), z, np.array([0, 3], dtype=np.int64), b'"a"', z, np.array([0, 3], dtype=np.int64), b'"a"',
+            np.zeros(2), np.zeros(2), z, z, np.ones(2, bool), 0, 0.0]
+    too_small = bytearray(b"x" * 10)
+    bound = -nat.events_json(*args, too_small)
+    assert bound > 10 and too_small == bytearray(b"x" * 10)  # nothing written
+    out = bytearray(bound)
+    n = nat.events_json(*args, out)
+    assert bytes(out[:n]) == nat.events_json(*args)
+    with pytest.raises(BufferError):
+        nat.events_json(*args, b"read-only" * 100)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unique_inverse_is_numpys(seed):
+    rng = np.random.default_rng(seed)
+    space = int(rng.integers(1, 5000))
+    key = rng.integers(0, space, int(rng.integers(0, 3000))).astype(np.int64)
+    got, want = tr.unique_inverse(key, space), np.unique(key, return_inverse=True)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]) and got[1].dtype == np.int64
+
+
+@needs_native
 def test_generated_flows_give_the_same_text_natively(monkeypatch, calls):
     rng = np.random.default_rng(7)
     n = 20_000

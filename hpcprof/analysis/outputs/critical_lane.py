@@ -41,29 +41,30 @@ def critical_path_lane(links: pd.DataFrame | None) -> Callable[[TimelineContext]
             return lane
         cats = [c for c in links.columns if c.endswith("_ms") and c not in ("start_ms", "dur_ms")]
         have, flow = set(ctx.ranks), 0
-        for step, g in links[links["step"].isin(ctx.steps)].groupby("step", sort=True):
-            prev = None  # (pid, end on the timeline) of the previous link
-            owner = None
-            for row in g.sort_values("order").to_dict("records"):
-                owner = int(row["rank"]) if not pd.isna(row["rank"]) else owner  # a transfer: the rank before it
-                if owner is None or owner not in have:
-                    prev = None
-                    continue
-                ts = round(float(row["start_us"]) - ctx.origin_us, 3)
-                dur = round(float(row["dur_ms"]) * 1e3, 3)
-                args = {"step": int(step), "dur_ms": round(float(row["dur_ms"]), 3),
-                        **{c[:-3]: round(float(row[c]), 3) for c in cats if row[c]}}
-                if isinstance(row["collective"], str):
-                    args["collective"] = row["collective"]
-                lane.events.append({"ph": "X", "cat": "hpcprof", "name": _label(row), "pid": owner, "tid": LANE_TID,
-                                    "ts": ts, "dur": dur, "args": args})
-                if prev is not None and prev[0] != owner:  # the chain moves to another rank
-                    flow += 1
-                    lane.events.append({"ph": "s", "cat": "hpcprof", "name": "critical path", "id": FLOW_BASE + flow,
-                                        "pid": prev[0], "tid": LANE_TID, "ts": round(prev[1] - 0.001, 3)})
-                    lane.events.append({"ph": "f", "bp": "e", "cat": "hpcprof", "name": "critical path", "id": FLOW_BASE + flow,
-                                        "pid": owner, "tid": LANE_TID, "ts": ts})
-                prev = (owner, ts + dur)
+        step = prev = owner = None  # prev: (pid, end on the timeline) of the previous link of the step
+        # every step's links in order, converted at once (per step it was 0.8 ms a step)
+        for row in links[links["step"].isin(ctx.steps)].sort_values(["step", "order"], kind="stable").to_dict("records"):
+            if row["step"] != step:
+                step, prev, owner = row["step"], None, None
+            owner = int(row["rank"]) if not pd.isna(row["rank"]) else owner  # a transfer: the rank before it
+            if owner is None or owner not in have:
+                prev = None
+                continue
+            ts = round(float(row["start_us"]) - ctx.origin_us, 3)
+            dur = round(float(row["dur_ms"]) * 1e3, 3)
+            args = {"step": int(step), "dur_ms": round(float(row["dur_ms"]), 3),
+                    **{c[:-3]: round(float(row[c]), 3) for c in cats if row[c]}}
+            if isinstance(row["collective"], str):
+                args["collective"] = row["collective"]
+            lane.events.append({"ph": "X", "cat": "hpcprof", "name": _label(row), "pid": owner, "tid": LANE_TID,
+                                "ts": ts, "dur": dur, "args": args})
+            if prev is not None and prev[0] != owner:  # the chain moves to another rank
+                flow += 1
+                lane.events.append({"ph": "s", "cat": "hpcprof", "name": "critical path", "id": FLOW_BASE + flow,
+                                    "pid": prev[0], "tid": LANE_TID, "ts": round(prev[1] - 0.001, 3)})
+                lane.events.append({"ph": "f", "bp": "e", "cat": "hpcprof", "name": "critical path", "id": FLOW_BASE + flow,
+                                    "pid": owner, "tid": LANE_TID, "ts": ts})
+            prev = (owner, ts + dur)
         return lane
 
     return build

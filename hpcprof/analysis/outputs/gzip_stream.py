@@ -7,6 +7,11 @@ block ending with a sync flush so that the raw deflate streams concatenate into 
 is ONE gzip member: Perfetto reads no multi-member gzip (google/perfetto#872). The CRC-32 of the
 whole text is kept as it is written. Memory: at most 2 x threads blocks in flight.
 
+What is written is copied at once into a block buffer of BLOCK bytes, and the buffers are used again
+once their block is deflated (2 x threads + 1 of them): a fresh 4 MB for every block (the join of
+the pieces written) cost a page fault per 4 kB, about 22,000 faults (0.05-0.1 CPU-s of the kernel's)
+on the 138 MB timeline of 16 ranks, and the caller may reuse what it wrote as soon as write returns.
+
 The blocks are deflated by ISA-L (the `isal` package, a dependency on x86-64 and ARM64) where it
 can be imported, else by zlib. Both write standard raw deflate: any gzip reader gets the same text.
 Measured on the 138 MB merged timeline of 16 ranks (one core, 4 MB blocks): zlib level 3 0.32 s,
@@ -58,36 +63,46 @@ class GzipStream:
         self._fh = open(self.tmp, "wb")
         self._fh.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # gzip header: deflate, no name, mtime 0
         self._pool = ThreadPoolExecutor(max_workers=self.threads)
-        self._pending: deque = deque()
-        self._buf: list[bytes] = []
-        self._buffered = 0
+        self._pending: deque = deque()  # (deflate future, its block buffer), in the file's order
+        self._free: list[bytearray] = []  # block buffers whose block is written
+        self._cur = memoryview(bytearray(self.block))
+        self._used = 0  # bytes of the current block filled
         self._crc = 0
         self._size = 0
 
-    def write(self, data: bytes | str) -> None:
+    def write(self, data: bytes | str | memoryview) -> None:
+        """Append `data` to the text (copied: the caller may reuse its buffer once this returns)."""
         if isinstance(data, str):
             data = data.encode()
-        if not data:
-            return
-        self._buf.append(data)
-        self._buffered += len(data)
-        if self._buffered >= self.block:
-            self._submit()
+        view = memoryview(data).cast("B")
+        while len(view):
+            n = min(len(view), self.block - self._used)
+            self._cur[self._used: self._used + n] = view[:n]
+            self._used += n
+            view = view[n:]
+            if self._used == self.block:
+                self._submit()
 
     def _submit(self) -> None:
-        data = b"".join(self._buf)
-        self._buf, self._buffered = [], 0
+        data = self._cur[: self._used]
         self._crc = self.lib.crc32(data, self._crc)
-        self._size += len(data)
-        self._pending.append(self._pool.submit(_deflate, data, self.level, self.lib))
+        self._size += self._used
+        self._pending.append((self._pool.submit(_deflate, data, self.level, self.lib), self._cur))
         while len(self._pending) > 2 * self.threads:
-            self._fh.write(self._pending.popleft().result())
+            self._write_oldest()
+        self._cur = self._free.pop() if self._free else memoryview(bytearray(self.block))
+        self._used = 0
+
+    def _write_oldest(self) -> None:
+        done, buf = self._pending.popleft()
+        self._fh.write(done.result())
+        self._free.append(buf)
 
     def close(self) -> None:
-        if self._buffered:
+        if self._used:
             self._submit()
         while self._pending:
-            self._fh.write(self._pending.popleft().result())
+            self._write_oldest()
         self._pool.shutdown()
         self._fh.write(zlib.compressobj(LEVEL, zlib.DEFLATED, -15).flush(zlib.Z_FINISH))  # the final (empty) block
         self._fh.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))

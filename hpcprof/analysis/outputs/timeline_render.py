@@ -44,8 +44,10 @@ def read_piece(path: str, columns: list[str] | None = None) -> pa.Table:
 
     cols = columns or COLUMNS
     dict_cols = [c for c in ("cat_json", "name_json", "pid", "tid", "kind") if c in cols]
-    # ParquetFile, not read_table: the same table without the datasets layer (a third of the CPU)
-    return pq.ParquetFile(path, read_dictionary=dict_cols).read(columns=cols)
+    # ParquetFile, not read_table: the same table without the datasets layer (a third of the CPU);
+    # on this thread: Arrow's pool cost more CPU than it saved on pieces of a few MB (the 32 reads of
+    # 16 ranks: 0.085-0.155 CPU-s with threads, 0.079-0.108 without)
+    return pq.ParquetFile(path, read_dictionary=dict_cols).read(columns=cols, use_threads=False)
 
 
 def col(t: pa.Table, name: str) -> np.ndarray:
@@ -64,8 +66,20 @@ def codes(t: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
 def select_events(piece: pa.Table, lo: float, hi: float) -> pa.Table:
     """The events of the chosen steps' window [lo, hi) of the rank's own clock, in trace order, by
     the rules of ranks/timeline_piece.window_mask (a piece holds complete and instant events only)."""
+    return keep_rows(piece, window_rows(piece, lo, hi))
+
+
+def window_rows(piece: pa.Table, lo: float, hi: float) -> np.ndarray:
+    """select_events' rows of `piece` as a mask (the timeline keeps it from its first pass to its second)."""
     is_x, gpu, runtime, ts, dur, corr = (col(piece, c) for c in ("is_x", "gpu", "runtime", "ts", "dur", "corr"))
-    return piece.filter(pa.array(window_mask(is_x, ~is_x, gpu, runtime, ts, dur, corr, lo, hi)))
+    return window_mask(is_x, ~is_x, gpu, runtime, ts, dur, corr, lo, hi)
+
+
+def keep_rows(t: pa.Table, mask: np.ndarray) -> pa.Table:
+    """The rows of `t` where `mask` holds: `t` itself where it holds everywhere (the chosen steps
+    are all the profiled ones, the budget drops nothing), not a copy of it (at 16 ranks, the two
+    copies were 0.03 CPU-s and a piece's size of the parent's peak)."""
+    return t if mask.all() else t.filter(pa.array(mask))
 
 
 def thread_ids(f: pa.Table, main_tid: str) -> tuple[dict[tuple[bool, str, str], tuple[int, str]], np.ndarray]:
@@ -75,7 +89,7 @@ def thread_ids(f: pa.Table, main_tid: str) -> tuple[dict[tuple[bool, str, str], 
     tc, tids = codes(f, "tid")
     gpu = col(f, "gpu")
     key = (gpu.astype(np.int64) * (len(pids) + 1) + pc_) * (len(tids) + 1) + tc
-    uniq, inv = np.unique(key, return_inverse=True)
+    uniq, inv = unique_inverse(key, 2 * (len(pids) + 1) * (len(tids) + 1))
     found = [(bool(k // ((len(pids) + 1) * (len(tids) + 1))), pids[(k // (len(tids) + 1)) % (len(pids) + 1)], tids[k % (len(tids) + 1)])
              for k in uniq.tolist()]
     out: dict = {}
@@ -89,6 +103,20 @@ def thread_ids(f: pa.Table, main_tid: str) -> tuple[dict[tuple[bool, str, str], 
             out[(g, pid_, tid_)] = (n_cpu, f"main thread ({tid_})" if tid_ == main_tid else f"thread {tid_}")
     per_key = np.array([out[k][0] for k in found], dtype=np.int64)
     return out, per_key[inv] if len(inv) else np.empty(0, dtype=np.int64)
+
+
+def unique_inverse(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(key, return_inverse=True) of non-negative integers below `space`: by marking the
+    values present rather than sorting where the space is small against the keys (a rank's threads:
+    a few dozen values for 60,000 events, 2 ms a rank sorted)."""
+    if space > 4 * key.size + 1024:
+        return np.unique(key, return_inverse=True)
+    present = np.zeros(space, dtype=bool)
+    present[key] = True
+    uniq = np.flatnonzero(present)
+    lookup = np.empty(space, dtype=np.int64)
+    lookup[uniq] = np.arange(uniq.size)
+    return uniq, lookup[key]
 
 
 @dataclass(frozen=True)
@@ -144,10 +172,22 @@ def _dictionary(t: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray, pa.Buff
     return arr.indices.to_numpy(zero_copy_only=False).astype(np.int64), offsets, d.buffers()[2] or b""
 
 
-def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray, native: bool = True):
+class TextBuffer:
+    """Where the native text of a batch is written, kept from batch to batch and rank to rank: a
+    fresh bytes object per batch was faulted in anew each time (the 138 MB of text of 16 ranks:
+    about 34,000 page faults, 0.1 CPU-s of the kernel's). It grows to the largest batch's bound
+    (about 3 times its text), uninitialised: only the pages the text reaches are ever resident."""
+
+    def __init__(self):
+        self.buf = np.empty(0, dtype=np.uint8)
+
+
+def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray, native: bool = True,
+                  scratch: TextBuffer | None = None):
     """The events of `f` as JSON text, BATCH events at a time (runs of objects each followed by a
     comma): natively where the extension is built (_native_text.c: the same objects, numbers that
-    parse to the same doubles), else (or with native=False) with Arrow's string kernels."""
+    parse to the same doubles), else (or with native=False) with Arrow's string kernels. With
+    `scratch`, the native text is a view of its buffer, valid until the next batch is asked for."""
     # (an extension built before this function existed has none: an editable install not rebuilt)
     events_json = getattr(cext.get(), "events_json", None) if native else None
     cat, name = (_dictionary(f, "cat_json"), _dictionary(f, "name_json")) if events_json is not None else (None, None)
@@ -161,8 +201,16 @@ def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray, native: b
     tids = np.ascontiguousarray(tids, dtype=np.int64)
     for lo in range(0, len(f), BATCH):
         b = slice(lo, lo + BATCH)
-        yield events_json(is_x[b], cat[0][b], cat[1], cat[2], name[0][b], name[1], name[2], ts[b], dur[b], tids[b],
-                          corr_i[b], has_args[b], r, float(shift))
+        cols = (is_x[b], cat[0][b], cat[1], cat[2], name[0][b], name[1], name[2], ts[b], dur[b], tids[b], corr_i[b], has_args[b],
+                r, float(shift))
+        if scratch is None:
+            yield events_json(*cols)
+            continue
+        n = events_json(*cols, scratch.buf)
+        if n < 0:  # more than the buffer holds: -n is the bound
+            scratch.buf = np.empty(-n, dtype=np.uint8)
+            n = events_json(*cols, scratch.buf)
+        yield memoryview(scratch.buf[:n])
 
 
 def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarray) -> tuple[memoryview | bytes, int]:
@@ -195,11 +243,12 @@ def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarr
     return _joined(pc.binary_join_element_wise(s, e, "")), 2 * int(cand.sum())
 
 
-def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep_flows: bool, write) -> int:
+def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep_flows: bool, write,
+                scratch: TextBuffer | None = None) -> int:
     """The rank's process: its name, its threads' names, its events (shifted by -shift: onto the
     job's clock, time 0 at the start of the first chosen step), and its launch flows, handed to
     `write` as runs of JSON objects each followed by a comma; returns the number of events that are
-    not metadata."""
+    not metadata. With `scratch` (event_batches), `write` must copy what it is handed before it returns."""
     r = label.rank
     gpu = col(f, "gpu")
     dev = col(f, "dev")[gpu]
@@ -215,7 +264,7 @@ def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep
     for new, name in threads.values():
         meta += [_meta(r, new, "thread_name", {"name": name}), _meta(r, new, "thread_sort_index", {"sort_index": new})]
     write(b"".join(msgspec.json.encode(m) + b"," for m in meta))
-    for text in event_batches(f, r, shift, tids):  # in batches: the text of a batch is made and handed on
+    for text in event_batches(f, r, shift, tids, scratch=scratch):  # in batches: the text of a batch is made and handed on
         write(text)
     n = len(f)
     if keep_flows and len(f):

@@ -11,17 +11,20 @@ step, where it starts on the timeline, so a finding can say "at 143-193 ms from 
 What goes in: the chosen profiled steps (`--timeline-steps`, default all profiled steps). Host
 events overlapping those steps' window on the rank; GPU events launched in it (their CUDA runtime
 call, matched by correlation id, lies in the window) or, without a launch record, starting in it
-(timeline_render.select_events). Launch flows (runtime call -> kernel) are rebuilt from correlation
-ids. Lanes computed by the parent from the reduce's results: "hpcprof: waits" per rank, where each
-collective whose last rank arrived more than ANNOTATE_MS after the first gets a slice on the late
-rank ("late arrival") and one on every rank that waited for it, with a flow arrow from each wait to
-the late arrival.
+(timeline_render.select_events; the rows a rank's first pass selects are kept for its second).
+Launch flows (runtime call -> kernel) are rebuilt from correlation ids. Lanes computed by the
+parent from the reduce's results: "hpcprof: waits" per rank, where each collective whose last rank
+arrived more than ANNOTATE_MS after the first gets a slice on the late rank ("late arrival") and
+one on every rank that waited for it, with a flow arrow from each wait to the late arrival.
 
 One decode per rank, one rank at a time: each rank's events come from its piece, built by its map
 task from the trace it decoded anyway (ranks/timeline_piece.py) and cached with the rest of its
 result. The parent reads the pieces twice, one rank at a time: once to count what the chosen steps
 select (per kind, and the distinct durations of the kinds the budget may cut), once to write; the
-file is a stream (gzip_stream.py). Memory: one rank's piece, never all ranks' events.
+file is a stream (gzip_stream.py). Memory: one rank's piece, never all ranks' events. What a rank
+freed goes back to the system after it (render_rank): kept instead, it saved 33,000 page faults at 16
+ranks but the parent's peak grew 7 MB (fragmentation); the two buffers the text passes through (the
+native text's, timeline_render.TextBuffer, and the stream's blocks) are kept from rank to rank.
 
 Size budget (timeline_budget.py): at most `max_events` events. Above it, whole kinds of low value are dropped first
 (DROP_ORDER: flows, Python functions, short CPU ops, runtime calls, instant events, long CPU ops),
@@ -55,7 +58,7 @@ from .gzip_stream import GzipStream
 from .layout import TIMELINE_FILE
 from .rounding import round_summary
 from .timeline_budget import DROP_ORDER, Counts
-from .timeline_render import ANNOT_TID, SELECT_COLUMNS, RankLabel, read_piece, render_rank, select_events
+from .timeline_render import ANNOT_TID, SELECT_COLUMNS, RankLabel, TextBuffer, keep_rows, read_piece, render_rank, window_rows
 
 FILE_NAME = TIMELINE_FILE
 DEFAULT_MAX_EVENTS = 1_000_000
@@ -146,10 +149,10 @@ def waits_lane(colls: pd.DataFrame | None, clocks: ClockAlignment) -> Callable[[
         lane.info["annotated_collectives"] = int(late["key"].nunique()) if not late.empty else 0
         have, origin, out = set(ctx.ranks), ctx.origin_us, lane.events
         flow_id = 1
-        for key, grp in (late.groupby("key", sort=False) if not late.empty else []):
-            lr = int(grp["late_rank"].iloc[0])
-            first, last = float(grp["first"].iloc[0]) - origin, float(grp["last"].iloc[0]) - origin
-            kind, step, lateness = grp["kind"].iloc[0], int(grp["step"].iloc[0]), float(grp["lateness_ms"].iloc[0])
+        for key, grp in _groups(late):
+            lr = int(grp["late_rank"][0])
+            first, last = float(grp["first"][0]) - origin, float(grp["last"][0]) - origin
+            kind, step, lateness = grp["kind"][0], int(grp["step"][0]), float(grp["lateness_ms"][0])
             if lr in have:
                 out.append({"ph": "X", "cat": "hpcprof", "name": f"late arrival: rank {lr} at {kind}, {lateness:.2f} ms after the first rank",
                             "pid": lr, "tid": ANNOT_TID, "ts": round(first, 3), "dur": round(last - first, 3),
@@ -169,6 +172,22 @@ def waits_lane(colls: pd.DataFrame | None, clocks: ClockAlignment) -> Callable[[
         return lane
 
     return build
+
+
+def _groups(late: pd.DataFrame):
+    """(key, {column: its values as a list}) per collective of `late`, in the order of the keys'
+    first rows, each group's rows in their order (a pandas groupby yielding frames, read with iloc,
+    was 80 ms of the timeline at 16 ranks for 500 collectives)."""
+    if late.empty:
+        return
+    codes, keys = pd.factorize(late["key"])  # a missing key: -1, left out (as groupby does)
+    order = np.argsort(codes, kind="stable")
+    order = order[codes[order] >= 0]
+    cols = {c: late[c].to_numpy()[order].tolist() for c in ("late_rank", "first", "last", "kind", "step", "lateness_ms", "rank",
+                                                              "arrival", "wait_ms")}
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    for lo, hi, key in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)], keys):
+        yield key, {c: v[lo:hi] for c, v in cols.items()}
 
 
 # ---------------------------------------------------------------------------------- the file
@@ -244,8 +263,12 @@ def write_timeline(
         window = {r: (min(v[0] for v in sub[r].values()), max(v[1] for v in sub[r].values())) for r in ranks}
         counts = Counts()
         sizing.total = (sizing.total or 0) + len(ranks)
+        rows = {}  # rank -> its selected rows (np.packbits), None: all; kept for pass 2 (1.5 ms a rank)
         for r in ranks:  # pass 1: counts only
-            counts.add(select_events(read_piece(by_rank[r].piece, SELECT_COLUMNS), *window[r]))
+            piece = read_piece(by_rank[r].piece, SELECT_COLUMNS)
+            mask = window_rows(piece, *window[r])
+            rows[r] = None if mask.all() else np.packbits(mask)
+            counts.add(keep_rows(piece, mask))
             sizing.update()
         n_fixed = sum(len(x.events) for x in built)
         budget = counts.budget(max_events, n_fixed)
@@ -261,14 +284,18 @@ def write_timeline(
 
     path = Path(out_dir) / FILE_NAME
     kept = 0
+    scratch = TextBuffer()  # gz.write copies what it is handed
     with GzipStream(path) as gz:
         gz.write(b'{"traceEvents":[')
         arr = _Elements(gz)
         for r in tqdm(have, desc="hpcprof: merged timeline", unit="rank", disable=not progress, file=sys.stderr):
             src = by_rank[r]
-            f = select_events(read_piece(src.piece), *window[r])
-            f = f.filter(pa.array(budget.mask(f)))
-            kept += render_rank(f, RankLabel(r, src.node, src.device), src.main_tid, offs.get(r, 0.0) + origin, budget.keep_flows, arr.add)
+            f = read_piece(src.piece)
+            if rows[r] is not None:
+                f = keep_rows(f, np.unpackbits(rows[r], count=f.num_rows).astype(bool))
+            f = keep_rows(f, budget.mask(f))
+            kept += render_rank(f, RankLabel(r, src.node, src.device), src.main_tid, offs.get(r, 0.0) + origin, budget.keep_flows, arr.add,
+                                scratch)
             del f
             arr.add(_encode([m for x in built for m in (
                 {"ph": "M", "name": "thread_name", "pid": r, "tid": x.tid, "args": {"name": x.name}},

@@ -63,11 +63,15 @@ class CriticalPath:
                 by_rank[r] = by_rank.get(r, 0.0) + v / n
             for c, v in s["by_category_ms"].items():
                 by_cat[c] = by_cat.get(c, 0.0) + v / n
+        # the links' rows once, by step (a selection and to_dict per step was 1.2 ms a step, twice:
+        # for the recommendations and for summary.json)
+        by_step: dict = {}
+        for row in self.links.to_dict("records"):
+            by_step.setdefault(row["step"], []).append(row)
         steps = []
         for s in self.steps:
-            mine = self.links[self.links["step"] == s["step"]]
-            chain = [_link_dict(row) for row in mine.head(MAX_LINKS_IN_SUMMARY).to_dict("records")]
-            steps.append({**s, "links": len(mine), "chain": chain})
+            mine = by_step.get(s["step"], [])
+            steps.append({**s, "links": len(mine), "chain": [_link_dict(row) for row in mine[:MAX_LINKS_IN_SUMMARY]]})
         return {
             "total_ms_per_step": float(np.mean([s["total_ms"] for s in self.steps])),
             "replayed_ms_per_step": float(np.mean([s["replayed_ms"] for s in self.steps])),
@@ -88,8 +92,9 @@ def _link_dict(row: dict) -> dict:
 def path_of(g: StepGraph, m: pd.DataFrame, steps: pd.DataFrame | None, kinds: dict | None = None,
             index: ClockIndex | None = None) -> tuple[list[dict], dict]:
     """The critical path of one step graph: its links in time order and the step's totals
-    (`index`: cause.ClockIndex(m), made once for all the graphs)."""
-    E, setter, fin = (x[0] for x in replay_ends(g, g.seg[None], g.tail[None]))  # the replay with the measured segments
+    (`index`: cause.ClockIndex(m, steps), made once for all the graphs)."""
+    # the replay with the measured segments (kept by the what-if replay where it ran)
+    E, setter, fin = g.measured_ends if g.measured_ends is not None else (x[0] for x in replay_ends(g, g.seg[None], g.tail[None]))
     cats = cause_clock(g, m, steps, index)  # the cumulative category times the straggler cause reads
     origin = float(g.start.min())
     links: list[dict] = []
@@ -161,7 +166,7 @@ def critical_paths(graphs: list[StepGraph], m: pd.DataFrame | None, steps: pd.Da
         return CriticalPath(pd.DataFrame(columns=cols))
     kinds = m.groupby("key")["kind"].first().to_dict() if "kind" in m else {}
     rows, totals = [], []
-    index = ClockIndex(m)
+    index = ClockIndex(m, steps)
     for g in graphs:
         links, tot = path_of(g, m, steps, kinds, index)
         for n, x in enumerate(links):

@@ -68,6 +68,9 @@ class StepGraph:
     prev: np.ndarray  # (R, K) the collective the segment before k starts from (-1: step start), see _anchors
     last_k: np.ndarray  # (R,) the rank's latest-ending collective, where its tail starts (-1: none)
     coll_end: np.ndarray  # (R, K) aligned ends (NaN if not a member)
+    measured_ends: tuple | None = None
+    """replay_ends with the measured segments (E, setter, fin of one scenario), kept by `replay` of
+    the `scenarios`, whose scenario 0 it is: the critical path reads it rather than replaying again."""
 
     @property
     def measured_ms(self) -> float:
@@ -93,7 +96,11 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
     # collective's end. CPU (gloo): only the collectives the main thread waited for are chain points.
     serial = not ("source" in m and (m["source"] == "cpu").mean() > 0.5)
     waited_col = m["waited"].fillna(True).astype(bool) if "waited" in m else pd.Series(True, index=m.index)
-    m = m.assign(waited=waited_col)
+    # the keys as integers in the order of the key texts (the groupbys below sort and break ties by
+    # key as before): grouping the Arrow strings themselves was 60 ms of the 100 at 16 ranks
+    codes, key_text = pd.factorize(m["key"], sort=True)
+    m = pd.DataFrame({"key": codes, "step": m["step"], "rank": m["rank"], "arrival": m["arrival"], "end": m["end"],
+                      "waited": waited_col})[codes >= 0]
     out = []
     # each collective's step: the most frequent among its instances, the lowest of equally frequent ones
     # (Series.mode's first), counted in one groupby rather than one Python call per collective
@@ -110,25 +117,25 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
         sub = sub[cnt >= 2]
         g = sub.groupby("key")
         order = pd.DataFrame({"last": g["arrival"].max(), "end": g["end"].median()}).sort_values(["last", "end"])
-        keys = list(order.index)
+        keys = list(key_text[order.index])  # order.index: the key codes
         R, K = len(ranks), len(keys)
         ri = {int(r): i for i, r in enumerate(ranks)}
-        ki = {k: j for j, k in enumerate(keys)}
         arr = np.full((R, K), np.nan)
         end = np.full((R, K), np.nan)
         waited = np.zeros((R, K), dtype=bool)
-        for r, k, a, e, w in zip(sub["rank"], sub["key"], sub["arrival"], sub["end"], sub["waited"]):
-            arr[ri[int(r)], ki[k]], end[ri[int(r)], ki[k]] = a, e
-            waited[ri[int(r)], ki[k]] = bool(w)
+        # each instance's cell, the last instance of a (rank, key) kept (as assigning them in order did)
+        cell = np.array([ri[r] for r in sub["rank"].tolist()], dtype=np.int64) * K + order.index.get_indexer(sub["key"])
+        last = cell.size - 1 - np.unique(cell[::-1], return_index=True)[1]
+        cell = cell[last]
+        arr.flat[cell] = sub["arrival"].to_numpy(float)[last]
+        end.flat[cell] = sub["end"].to_numpy(float)[last]
+        waited.flat[cell] = sub["waited"].to_numpy(bool)[last]
         member = ~np.isnan(arr)
         chain = member if serial else member & _chain_points(member, arr, waited)[None, :]
         start, stop = st["start"].to_numpy(float), st["stop"].to_numpy(float)
         prev = _anchors(member, arr, end, chain, by_end=not serial)
-        seg = np.full((R, K), np.nan)
-        for i in range(R):
-            for k in np.flatnonzero(member[i]):
-                p = prev[i, k]
-                seg[i, k] = arr[i, k] - (end[i, p] if p >= 0 else start[i])
+        frm = np.where(prev >= 0, end[np.arange(R)[:, None], np.maximum(prev, 0)], start[:, None])
+        seg = np.where(member, arr - frm, np.nan)
         last_k = _tail_anchors(chain, end)
         tail = stop - np.where(last_k >= 0, end[np.arange(R), np.maximum(last_k, 0)] if K else start, start)
         last_arr = np.nanmax(arr, axis=0) if K else np.empty(0)
@@ -153,19 +160,19 @@ def _anchors(member: np.ndarray, arr: np.ndarray, end: np.ndarray, chain: np.nda
     R, K = member.shape
     chain = member if chain is None else chain & member
     own = np.full((R, K), -1, dtype=int)
-    for i in range(R):
-        ks = np.flatnonzero(member[i])
-        for n, k in enumerate(ks):
-            done = [j for j in ks[:n] if chain[i, j] and end[i, j] <= arr[i, k]]
-            if done:
-                own[i, k] = max(done, key=lambda j: (end[i, j], j)) if by_end else done[-1]
-    anchor = np.full((R, K), -1, dtype=int)
-    for k in range(K):
-        m = np.flatnonzero(member[:, k])
-        common = own[m, k].min() if m.size else -1
-        for i in m:
-            anchor[i, k] = common if common < 0 or chain[i, common] else own[i, k]
-    return anchor
+    earlier = np.tri(K, K, -1, dtype=bool)  # [k, j]: j before k in replay order
+    cols = np.arange(K)
+    for i in range(R):  # one rank's (K, K) candidates at a time: K x K x R could be large
+        done = earlier & chain[i][None, :] & (end[i][None, :] <= arr[i][:, None])  # [k, j]: j had ended when i arrived at k
+        if by_end:  # the latest-ending, the latest in replay order among equal ends
+            e = np.where(done, end[i][None, :], -np.inf)
+            done &= e == e.max(axis=1, initial=-np.inf)[:, None]
+        pick = np.where(done, cols[None, :], -1).max(axis=1, initial=-1)  # the latest candidate in replay order
+        own[i] = np.where(member[i], pick, -1)
+    common = np.where(member, own, K).min(axis=0, initial=K)  # the earliest of the members' own anchors
+    at = chain[np.arange(R)[:, None], np.clip(common, 0, max(K - 1, 0))[None, :]] if K else np.zeros((R, 0), dtype=bool)
+    use = (common < 0)[None, :] | at
+    return np.where(member, np.where(use, common[None, :], own), -1)
 
 
 def _chain_points(member: np.ndarray, arr: np.ndarray, waited: np.ndarray) -> np.ndarray:
@@ -203,8 +210,40 @@ def _tail_anchors(chain: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 def _median_others(x: np.ndarray, member: np.ndarray) -> np.ndarray:
     """(R, K): per rank s and collective k, the median of the other members' x (x[s] itself where
-    s is the only member). Per collective from its members' sorted values: leaving out the value at
-    sorted position p shifts the indices at and above p by one (no R x R work: 256 ranks)."""
+    s is the only member). From each collective's members' sorted values: leaving out the value at
+    sorted position p shifts the indices at and above p by one (no R x R work: 256 ranks). All
+    collectives at once: the members' values sorted within each column (the others after them),
+    the same positions picked column by column as one collective at a time did (30 ms -> 5 at 16
+    ranks; an infinite value, which would tie with the others' fill, takes the loop)."""
+    x = np.asarray(x, dtype=float)
+    valid = member & ~np.isnan(x)
+    if np.isinf(x[valid]).any():
+        return _median_others_loop(x, member)
+    out = x.copy()
+    R, K = x.shape
+    if not (R and K):
+        return out
+    order = np.argsort(np.where(valid, x, np.inf), axis=0, kind="stable")
+    cols = np.arange(K)
+    v = x[order, cols]  # each column's members' values ascending, then the others'
+    pos = np.empty((R, K), dtype=np.int64)
+    pos[order, cols] = np.arange(R)[:, None]  # each row's sorted position in its column
+    n = valid.sum(axis=0)
+    half = n // 2
+    med_all = np.where(n % 2 == 1, v[np.minimum(half, R - 1), cols], (v[np.maximum(half - 1, 0), cols] + v[np.minimum(half, R - 1), cols]) / 2)
+    out = np.where(~valid & (n > 0)[None, :], med_all[None, :], out)  # not a (valid) member: the median of all members
+    n1 = n - 1
+
+    def at(i):  # (R, K): the value at sorted position i of the column without the row's own value
+        j = i[None, :] + (i[None, :] >= pos)
+        return v[np.clip(j, 0, R - 1), cols[None, :]]
+
+    others = np.where((n1 % 2 == 1)[None, :], at((n1 - 1) // 2), (at(n1 // 2 - 1) + at(n1 // 2)) / 2)
+    return np.where(valid & (n > 1)[None, :], others, out)
+
+
+def _median_others_loop(x: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """_median_others one collective at a time (for the values that are infinite)."""
     out = np.array(x, dtype=float, copy=True)
     for k in range(x.shape[1]):
         valid = member[:, k] & ~np.isnan(x[:, k])
@@ -285,7 +324,9 @@ def replay_ends(g: StepGraph, seg: np.ndarray | ScenarioSegments, tail: np.ndarr
 
 def replay(g: StepGraph, seg: np.ndarray | ScenarioSegments, tail: np.ndarray) -> np.ndarray:
     """Step times (ms) of S scenarios: `seg` (S, R, K, or ScenarioSegments) and `tail` (S, R) replace the measured ones."""
-    fin = replay_ends(g, seg, tail)[2]
+    E, setter, fin = replay_ends(g, seg, tail)
+    if isinstance(seg, ScenarioSegments):  # scenario 0: the measured segments and tails (each row is replayed apart)
+        g.measured_ends = (E[0], setter[0], fin[0])
     return (np.max(fin, axis=1) - g.start.min()) / 1e3
 
 

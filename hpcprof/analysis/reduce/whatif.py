@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from ..ranks.categories import CAUSE_CATEGORIES
-from .cause import CAUSE_TEXT, ClockIndex, cause_clock, name_cause, window_excess
+from .cause import CAUSE_TEXT, ClockIndex, cause_clock, name_cause, window_excesses
 from .matching import Matching, match_collectives
 from .step_graph import build_graphs, replay, scenarios
 
@@ -95,7 +95,7 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
         return empty
     step_rows, cost_rows = [], []
     excess_sum: dict[int, np.ndarray] = {}
-    index = ClockIndex(mt.df)
+    index = ClockIndex(mt.df, steps)
     have_cause = True
     for g in graphs:
         seg, tail = scenarios(g)
@@ -106,7 +106,8 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
                           "threshold_ms": thr, "collectives": g.member.shape[1]})
         last_arr = np.nanmax(g.arrival, axis=0)
         step_costs = t[0] - t[1:1 + len(g.ranks)]
-        clock = cause_clock(g, mt.df, steps, index)
+        excess = window_excesses(g, cause_clock(g, mt.df, steps, index))
+        have_cause = have_cause and excess is not None
         for i, r in enumerate(g.ranks):
             cost = float(step_costs[i])
             # a rank's time in the matched collectives: waiting for the last arrival, then the transfer
@@ -114,11 +115,8 @@ def analyze(colls: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict) -> Wha
             inside = float(np.nansum(np.where(g.member[i], g.coll_end[i] - g.arrival[i], 0.0))) / 1e3
             cost_rows.append({"rank": int(r), "step": g.step, "cost_ms": cost, "wait_ms": wait, "in_collectives_ms": inside,
                               "transfer_ms": max(0.0, inside - wait), "base_threshold_ms": thr})
-            ex = window_excess(g, i, clock)
-            if ex is None:
-                have_cause = False
-            else:
-                excess_sum[int(r)] = excess_sum.get(int(r), np.zeros(len(CAUSE_CATEGORIES))) + np.array(list(ex.values()))
+            if excess is not None:
+                excess_sum[int(r)] = excess_sum.get(int(r), np.zeros(len(CAUSE_CATEGORIES))) + excess[i]
     st = pd.DataFrame(step_rows)
     costs = pd.DataFrame(cost_rows)
     # the jitter level each rank is held against: the median, over the other ranks, of their median
