@@ -93,3 +93,33 @@ def test_a_text_changed_after_its_layout_is_laid_out_anew():
     assert changed[-1].bounds == uncached.bounds
     assert len({before.bounds, *(b.bounds for b in changed)}) == 7  # each change changed the extent
     plt.close(fig)
+
+
+def test_the_chart_process_import_draws_the_same_pixels(tmp_path, chart_calls):
+    """The chart process imports matplotlib without the set() signatures and docstrings of its
+    artists (charts._without_set_docs). Known answer: the same charts drawn here, where matplotlib
+    was imported as usual; a fresh interpreter (matplotlib not yet imported) draws them the chart
+    process' way, and says that the skip took effect."""
+    import pickle
+    import subprocess
+    import sys
+
+    (tmp_path / "calls.pkl").write_bytes(pickle.dumps([(c, args[:-1]) for c, args in chart_calls]))
+    script = (
+        "import pickle, sys\n"
+        "from hpcprof.analysis.outputs import charts\n"
+        "charts._import_plots()\n"
+        "from hpcprof.analysis.outputs import plots\n"
+        "from matplotlib.lines import Line2D\n"
+        "print('docs' if Line2D.set.__doc__ else 'no docs')\n"
+        "for chart, args in pickle.load(open(sys.argv[1], 'rb')):\n"
+        "    getattr(plots, chart)(*args, sys.argv[2] + '/' + chart + '-proc.png')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "calls.pkl"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "no docs"  # the import this test is about took place
+    for chart, args in chart_calls:
+        getattr(plots, chart)(*args[:-1], tmp_path / f"{chart}-here.png")
+        proc, here = pixels(tmp_path / f"{chart}-proc.png"), pixels(tmp_path / f"{chart}-here.png")
+        assert proc.shape == here.shape and np.array_equal(proc, here), chart
