@@ -55,3 +55,17 @@ def test_a_worker_that_dies_costs_only_its_rank(dlrm_copy, tmp_path, monkeypatch
     assert sorted(by) == files
     assert not by[victim].ok and victim.name in by[victim].error, by[victim].error
     assert all(by[f].ok for f in files[1:]), [by[f].error for f in files[1:] if not by[f].ok]
+
+
+def test_the_parent_preloads_before_forking_only_when_a_rank_will_be_parsed(dlrm_copy, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(local, "preload", lambda: calls.append(1))
+    files = _traces(dlrm_copy)[:2]
+    digests = {f: local.cache.file_digest(f) for f in files}
+    cache_dir = tmp_path / "cache"
+    assert local.map_local(files, cache_dir, True, workers=2, progress=False, digests=digests)[0].ok
+    assert calls == [1]  # nothing cached yet
+    assert all(r.cached for r in local.map_local(files, cache_dir, True, workers=2, progress=False, digests=digests))
+    assert calls == [1]  # every rank in the cache: no preload
+    local.map_local(files, cache_dir, False, workers=2, progress=False, digests=digests)
+    assert calls == [1, 1]  # --no-cache parses them all

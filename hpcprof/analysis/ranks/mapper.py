@@ -69,6 +69,22 @@ def analyze_rank(
     return res
 
 
+def preload() -> None:
+    """Do what analyze_rank does once per process on its first parse: import HTA, pyarrow's Parquet
+    writer and the HTA stage (hta_rank, loaded lazily: a map whose ranks are all cached never needs
+    it), and look up the installed HTA release (hta_frame.fast_path_problem: importlib.metadata and
+    its path scan). For a parent about to fork map workers (executors.local): done there once,
+    before the fork, the worker inherits it instead of doing it again (about 45 ms of its first
+    rank; the parent would do it in its own first rank anyway)."""
+    import hta.common.trace  # noqa: F401  (HTA's Trace: hta_frame and hta_rank import it in their functions)
+    import pyarrow.parquet  # noqa: F401
+
+    from ..decode.hta_frame import fast_path_problem
+    from . import hta_rank  # noqa: F401
+
+    fast_path_problem()
+
+
 @contextlib.contextmanager
 def _gc_paused():
     """Pause Python's cyclic garbage collector while one rank is decoded and analysed.
