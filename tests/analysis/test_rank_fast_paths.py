@@ -1,6 +1,7 @@
 """The per-rank map's shortcuts equal what they replace, on edge cases the real traces may lack:
-timeline_piece._factor (pandas' no-sentinel factorization made from the sentinel one) and
-operators._thread_codes (thread ids turned into text per distinct value, not per row)."""
+timeline_piece._factor (pandas' no-sentinel factorization made from the sentinel one),
+operators._thread_codes (thread ids turned into text per distinct value, not per row) and the
+operator table's category tests (once per distinct category: comm_kernels.Names)."""
 
 import numpy as np
 import pandas as pd
@@ -67,3 +68,19 @@ def test_thread_ids_equal_codes_of_the_texts(pid, tid):
     p, t = np.array(pid, dtype=object), np.array(tid, dtype=object)
     want = pd.factorize(pd.Series([f"{a}|{b}" for a, b in zip(p, t)], dtype=object))[0]
     assert np.array_equal(_thread_ids(p, t), want)
+
+
+CATEGORIES = COLUMNS + [pd.Series(["cpu_op", "kernel", None, "Runtime", 7, "cpu_op", np.nan], dtype=object),
+                        pd.Series(["cpu_op", None, "cuda_runtime", "Memset"], dtype="str")]
+
+
+@pytest.mark.parametrize("cat", CATEGORIES)
+def test_category_tests_per_distinct_value_equal_the_column_tests(cat):
+    """What operator_table tested on the category column before (cat == "cpu_op", cat.isin(...))."""
+    from hpcprof.analysis.ranks.comm_kernels import Names, one_of
+    from hpcprof.analysis.ranks.operators import GPU_CATS, RUNTIME_CATS
+
+    names = Names(cat)
+    assert np.array_equal(names.where(lambda u: u == "cpu_op"), (cat == "cpu_op").fillna(False).to_numpy(dtype=bool))
+    for values in (GPU_CATS, RUNTIME_CATS):
+        assert np.array_equal(names.where(one_of(values)), cat.isin(values).to_numpy(dtype=bool))

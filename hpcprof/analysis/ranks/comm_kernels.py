@@ -232,7 +232,7 @@ def _bytes_from_dims(dims, types) -> float:
         return np.nan
 
 
-def _one_of(values) -> "callable":
+def one_of(values) -> "callable":
     """A test for "the value is one of these texts" (an element of a list, as pandas' isin tests it)."""
     allowed = frozenset(values)
     return lambda u: isinstance(u, str) and u in allowed
@@ -260,14 +260,14 @@ def classify(ev: pd.DataFrame, device: np.ndarray, names: "Names | None" = None,
     complete = Names.column(ev, "ph", n).where(lambda u: u == "X") & np.isfinite(ts) & np.isfinite(end)
     device = np.asarray(device, dtype=bool) & complete
 
-    is_memory = device & (names.test(MEMORY_RE) | cats.where(_one_of(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"])))
+    is_memory = device & (names.test(MEMORY_RE) | cats.where(one_of(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"])))
     hta_comm = device & names.test(NCCL_RE)
-    host = complete & ~device & cats.where(_one_of(HOST_CATS))
+    host = complete & ~device & cats.where(one_of(HOST_CATS))
     comm_op = host & names.test(HOST_COMM_RE)
     api = comm_op & names.test(API_RE)
     rpc = comm_op & names.where(lambda u: u == "record_param_comms")
     ann = comm_op & names.test(re.compile(r"^nccl:"))
-    runtime = complete & ~device & cats.where(_one_of(RUNTIME_CATS)) & np.isfinite(corr) & (corr >= 0)
+    runtime = complete & ~device & cats.where(one_of(RUNTIME_CATS)) & np.isfinite(corr) & (corr >= 0)
 
     # threads of the rows that need one (comm ops, launches), as small integers
     need = np.flatnonzero(comm_op | runtime)

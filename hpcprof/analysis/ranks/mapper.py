@@ -126,8 +126,8 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         piece_info = {"main_tid": None, "steps": []}
         piece_problem = f"{trace_path.name}: not on the merged timeline ({type(exc).__name__}: {exc})"
     tl = build_timeline(table, names, cats)
+    write_table(operator_table(table, cats=cats), out / "operators.parquet")
     del names, cats
-    write_table(operator_table(table), out / "operators.parquet")
     warnings = list(tm.warnings) + ([piece_problem] if piece_problem else [])
     name = trace_path.name
     if skipped:

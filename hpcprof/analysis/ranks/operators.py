@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .. import cext
+from .comm_kernels import Names, one_of
 
 TOP_OPERATORS = 30
 RUNTIME_CUTOFF_US = 50  # HTA's defaults for get_cuda_kernel_launch_stats
@@ -41,24 +42,26 @@ def _num(s: pd.Series) -> np.ndarray:
     return pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
 
 
-def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS) -> pd.DataFrame:
+def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS, cats: Names | None = None) -> pd.DataFrame:
     """Per operator name: calls, host total/self time and device total/self time (us), the `top`
     operators by host total time plus the `top` by device total time. `ev`: the rank's event table
-    (hpcprof's decode: columns ph, cat, name, tid, ts, dur, correlation)."""
+    (hpcprof's decode: columns ph, cat, name, tid, ts, dur, correlation); `cats`: its category column
+    factorized, where the caller has it (the map does: the category tests then run once per distinct
+    category, 1.5 -> 0.1 ms on a 20 MB rank)."""
     cols = ["name", "calls", "host_total_us", "host_self_us", "device_total_us", "device_self_us"]
     if ev.empty or "cat" not in ev:
         return pd.DataFrame(columns=cols)
     ph_x = (ev["ph"] == "X").to_numpy(dtype=bool)
-    # the category tests on the column itself: no Python string per event (a 1 GB rank has 4 million)
-    cat = ev["cat"]
+    # the category tests once per distinct category: no Python string per event (a 1 GB rank has 4 million)
+    cats = cats if cats is not None else Names.column(ev, "cat", len(ev))
     ts, dur = _num(ev["ts"]), _num(ev["dur"])
     ok = ph_x & np.isfinite(ts) & np.isfinite(dur)
-    op_i = np.flatnonzero(ok & (cat == "cpu_op").fillna(False).to_numpy(dtype=bool))
+    op_i = np.flatnonzero(ok & cats.where(lambda u: u == "cpu_op"))
     if not op_i.size:
         return pd.DataFrame(columns=cols)
     corr = _num(ev["correlation"]) if "correlation" in ev else np.full(len(ev), -1.0)
-    gpu_i = np.flatnonzero(ok & cat.isin(GPU_CATS).to_numpy(dtype=bool))
-    rt_i = np.flatnonzero(ok & cat.isin(RUNTIME_CATS).to_numpy(dtype=bool) & (corr >= 0))
+    gpu_i = np.flatnonzero(ok & cats.where(one_of(GPU_CATS)))
+    rt_i = np.flatnonzero(ok & cats.where(one_of(RUNTIME_CATS)) & (corr >= 0))
     gpu_by_corr = pd.Series(dur[gpu_i]).groupby(corr[gpu_i]).sum() if gpu_i.size else pd.Series(dtype=float)
 
     n_ops = op_i.size

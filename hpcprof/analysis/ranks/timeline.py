@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .categories import STEP_CATEGORIES, CategoryClock
-from .comm_kernels import Names, _one_of, classify, short_kernel_name
+from .comm_kernels import Names, one_of, classify, short_kernel_name
 
 from ...rundir.records import REGION_DATA
 
@@ -244,17 +244,17 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
     is_str = nm.where(lambda v: isinstance(v, str)) if name.dtype == object else name.notna().to_numpy()
     x = (ph == "X").to_numpy() & is_str & np.isfinite(ts) & np.isfinite(dur)
     end = ts + dur
-    is_gpu = x & cn.where(_one_of(GPU_CATS))
+    is_gpu = x & cn.where(one_of(GPU_CATS))
     device_kind = "cuda" if is_gpu.any() else "cpu"
     if not is_gpu.any() and "stream" in ev:
         # Other accelerators (MTIA...) have no CUDA event categories: as HTA does (stream != -1),
         # an event on a device stream is device activity, classified by name like a kernel.
         stream_v = pd.to_numeric(ev["stream"], errors="coerce").to_numpy(dtype=float)
-        is_gpu = x & (stream_v >= 0) & ~cn.where(_one_of(HOST_CATS))
+        is_gpu = x & (stream_v >= 0) & ~cn.where(one_of(HOST_CATS))
         device_kind = "accelerator" if is_gpu.any() else "cpu"
     if device_kind == "cpu" and _drives_a_gpu(name, cat):
         device_kind = "cuda"  # kernels launched, their activity not traced: a GPU run all the same
-    is_host = x & cn.where(_one_of(HOST_CATS))
+    is_host = x & cn.where(one_of(HOST_CATS))
 
     tid = col("tid").to_numpy(dtype=object)
     is_step = is_host & nm.test(STEP_RE)
@@ -287,7 +287,7 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
     # host-side collective that launched a kernel, known communication libraries
     ck = classify(ev, is_gpu, names=nm, cats=cn)
     comm = is_gpu & ck.mask
-    memory = is_gpu & ~comm & (nm.test(MEMORY_RE) | cn.where(_one_of(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"])))
+    memory = is_gpu & ~comm & (nm.test(MEMORY_RE) | cn.where(one_of(["gpu_memcpy", "Memcpy", "gpu_memset", "Memset"])))
     comp = is_gpu & ~comm & ~memory
 
     # the args the collectives read, once as arrays (not one column lookup per collective)
