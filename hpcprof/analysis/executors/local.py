@@ -121,7 +121,7 @@ def _map_pool(files: list[Path], cache_dir: Path, use_cache: bool, workers: int,
     ex = None
     if workers > 1:
         if _parses(files, cache_dir, use_cache, digests):
-            preload()  # before the fork: the workers inherit it (about 45 ms less in each one's first rank)
+            preload()  # before the fork: the workers inherit it (about 55 ms less in each one's first rank)
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
         ex = ProcessPoolExecutor(max_workers=workers - 1, mp_context=ctx, initializer=worker_init)
     try:

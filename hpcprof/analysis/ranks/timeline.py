@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .categories import STEP_CATEGORIES, CategoryClock
-from .comm_kernels import Names, one_of, classify, short_kernel_name
+from .comm_kernels import Names, classify, one_of, short_kernel_name
 
 from ...rundir.records import REGION_DATA
 
