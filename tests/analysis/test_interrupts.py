@@ -54,16 +54,22 @@ def test_ctrl_c_of_analyze_is_one_line_at_any_moment(dlrm_copy, tmp_path, full_a
 
     The duration is measured once (`full_analysis_s`) and this VM's cores change speed by 10-30%, so
     a late interruption can land after a faster run has already finished (exit 0): such an attempt
-    interrupted nothing and is played again a little earlier (at most 3 attempts, each 15% earlier);
-    an attempt that was interrupted is checked in full."""
-    for attempt in range(3):
-        at = fraction * full_analysis_s * 0.85 ** attempt
+    interrupted nothing and is played again a little earlier (15% earlier); an early one can land
+    before the interpreter has run any of hpcprof (`_before_hpcprof`) and is played again a little
+    later; at most 4 attempts. An attempt that interrupted hpcprof is checked in full."""
+    at = fraction * full_analysis_s
+    for attempt in range(4):
         proc, text, alive = _interrupt_at(dlrm_copy, tmp_path / f"try{attempt}", at)
         if proc.returncode == 0 and "interrupted" not in text:
-            continue  # finished before the signal landed: interrupt earlier
+            at *= 0.85  # finished before the signal landed: interrupt earlier
+            continue
+        if _before_hpcprof(proc.returncode, text):
+            at = max(at * 1.5, at + 0.03)  # landed in the interpreter's own start-up: a little later
+            continue
         break
     else:
-        pytest.fail(f"analyze finished before {fraction:.0%} of {full_analysis_s:.1f} s in 3 attempts: the test no longer interrupts it")
+        pytest.fail(f"in 4 attempts around {fraction:.0%} of {full_analysis_s:.1f} s, no Ctrl-C landed while analyze ran: "
+                    "the test no longer interrupts it")
     # the progress bar redraws one line (\r); the message must be a line of its own
     lines = [ln for ln in text.split("\n") if ln.strip()
              and not all(PROGRESS_BAR.match(f) for f in ln.split("\r") if f.strip())]
@@ -71,6 +77,16 @@ def test_ctrl_c_of_analyze_is_one_line_at_any_moment(dlrm_copy, tmp_path, full_a
     assert proc.returncode == 130, (proc.returncode, text)
     assert "Traceback" not in text and "BrokenProcessPool" not in text, text
     assert lines == ["hpcprof.analyze: interrupted"], lines
+
+
+def _before_hpcprof(returncode: int, text: str) -> bool:
+    """The signal landed while the interpreter was starting itself (site, encodings, runpy: about
+    50 ms), before the first line of `hpcprof.analyze` set its handler (cliparser.quiet_until_main):
+    Python's own default ended it, killed by SIGINT or with a KeyboardInterrupt traceback through no
+    file of hpcprof. No program can handle that moment, so the test plays the attempt again a
+    little later; the earliest moments of the analysis sped up to within that window (issue 21)."""
+    return (returncode in (-signal.SIGINT, 1) and "hpcprof.analyze: interrupted" not in text
+            and str(REPO / "hpcprof") + os.sep not in text and (returncode < 0 or text.rstrip().endswith("KeyboardInterrupt")))
 
 
 def _interrupt_at(src: Path, tmp: Path, at_s: float) -> tuple[subprocess.Popen, str, list]:
