@@ -22,6 +22,7 @@ def _frames():
     for dtype in (object, "string", pd.StringDtype("pyarrow"), pd.StringDtype("python")):
         yield pd.DataFrame({"name, with comma": pd.Series(names, dtype=dtype), 'q"uote': np.arange(len(names), dtype=float)})
     yield pd.DataFrame({"node": [None, None], "v": [1.5, 2.5]})
+    yield pd.DataFrame({f"c{i}": rng.normal(size=30_000) for i in range(7)})  # chunks of 14,285 rows
     # handed to pandas
     yield pd.DataFrame({"mixed": ["a", 1, 2.5], "v": [1, 2, 3]})
     yield pd.DataFrame({"text": ["line\nbreak", "cr\rhere", "ok"], "v": [1, 2, 3]})
@@ -32,7 +33,7 @@ def _frames():
     yield pd.DataFrame({"t": pd.to_datetime(["2024-01-01", None, "2025-06-30"]), "v": [1.0, 2.0, 3.0]})
 
 
-FAST = 8
+FAST = 9
 """The first FAST frames of _frames are written without pandas."""
 
 

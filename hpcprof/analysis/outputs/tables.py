@@ -44,33 +44,49 @@ def _parquet_ready(df: pd.DataFrame) -> pd.DataFrame:
     return d
 
 
+CSV_CHUNK_CELLS = 100_000
+"""Fields made into text at a time by write_csv (as pandas' to_csv: 100,000 // columns rows)."""
+
+
 def write_csv(df: pd.DataFrame, path: Path) -> None:
     """`df.to_csv(path, index=False)`, byte for byte: each column's text as pandas makes it, the rows
-    joined here rather than by the csv module (the 14 tables of 16 ranks: 40 -> 15 ms; the csv
+    joined here rather than by the csv module (the 14 tables of 16 ranks: 38 -> 24 ms; the csv
     module's writer was most of it); pandas writes what this does not cover (`_csv_cells`)."""
-    cells = [_csv_cells(df[c]) for c in df.columns] if len(df) and df.shape[1] > 1 else None
     head = _quoted([str(c) for c in df.columns])
-    if cells is None or head is None or any(c is None for c in cells):
+    if head is None or not len(df) or len(head) < 2 or df.columns.has_duplicates or not all(map(_csv_type, df.dtypes)):
         df.to_csv(path, index=False)
         return
-    lines = [",".join(head), *map(",".join, zip(*cells)), ""]
-    path.write_bytes("\n".join(lines).encode())
+    cols = [(s.to_numpy(), s.dtype) for s in map(df.__getitem__, df.columns)]
+    step = max(1, CSV_CHUNK_CELLS // len(cols))
+    with open(path, "wb") as fh:
+        fh.write((",".join(head) + "\n").encode())
+        for lo in range(0, len(df), step):
+            cells = [_csv_cells(v[lo: lo + step], t) for v, t in cols]
+            if any(c is None for c in cells):
+                break
+            fh.write(("\n".join(map(",".join, zip(*cells))) + "\n").encode())
+        else:
+            return
+    df.to_csv(path, index=False)  # text this does not write (over what was written)
 
 
-def _csv_cells(col: pd.Series) -> list[str] | None:
-    """A column's fields as pandas.DataFrame.to_csv writes them (pandas.core.indexes.base
-    get_values_for_csv, then the csv module's minimal quoting), or None where that is not
-    reproduced here: types other than numpy's floats, ints and bools and text, objects other than
-    text and missing values."""
-    v, kind = col.to_numpy(), col.dtype.kind
-    if isinstance(col.dtype, np.dtype) and kind in "fiub":
+def _csv_type(dtype) -> bool:
+    """Whether _csv_cells writes columns of this type: numpy's floats, ints and bools, and text."""
+    return (isinstance(dtype, np.dtype) and dtype.kind in "fiubO") or isinstance(dtype, pd.StringDtype)
+
+
+def _csv_cells(v: np.ndarray, dtype) -> list[str] | None:
+    """A column's fields (`v`: its values, of type `dtype`) as pandas.DataFrame.to_csv writes them
+    (pandas.core.indexes.base get_values_for_csv, then the csv module's minimal quoting), or None
+    where that is not reproduced here: objects other than text and missing values, text with a line
+    break (its type: _csv_type)."""
+    kind = dtype.kind
+    if isinstance(dtype, np.dtype) and kind in "fiub":
         text = v.astype(str)  # floats: numpy's shortest repr, as pandas writes them
         if kind == "f":
             text[np.isnan(v)] = ""
         return text.tolist()
-    if not (kind == "O" or isinstance(col.dtype, pd.StringDtype)):
-        return None
-    v = np.where(pd.isna(v), "", v) if kind == "O" or v.dtype == object else v.astype(object)
+    v = np.where(pd.isna(v), "", v) if v.dtype == object else v.astype(object)
     return _quoted(v.tolist())
 
 
