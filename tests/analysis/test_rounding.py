@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pandas as pd
 
@@ -83,3 +84,17 @@ def test_the_reports_raw_summary_has_no_scientific_notation_and_parses_back_to_t
     del back["missing"], s["missing"]
     assert back == s
     assert json_text({"a": [1.5]}) == json.dumps({"a": [1.5]}, indent=1)
+
+
+def test_the_reports_raw_summary_text_is_json_dumps_where_no_float_has_an_exponent():
+    """json_text's fast paths (exact str, float, int, bool, None) write what json.dumps writes, and
+    subclasses (IntEnum) and other objects go the general way."""
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    s = {"text": 'ünï "quoted"\n<tag>', "n": 2**70, "neg": -7, "f": [1.5, -0.0, 123456.789, 0.1], "flags": [True, False, None],
+         "tuple": (1, "a"), "keys": {1: 2, "x": {}}, "ints": [5, 0],
+         "enum": Level.HIGH, "other": Path("/a/b")}
+    assert json_text(s) == json.dumps(s, indent=1, default=str)

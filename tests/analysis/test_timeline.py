@@ -257,3 +257,20 @@ def test_correlation_lookup_is_numpys_isin():
         of[rng.random(m) < 0.05] = np.nan
         for o in (of, of[~np.isnan(of)].astype(np.int64)):  # floats with NaN; ints (the flows' ids)
             assert (is_in(values, o) == np.isin(values, o)).all()
+
+
+def test_a_piece_selected_in_its_own_window_keeps_every_row(tmp_path, parse_cache):
+    """write_timeline does not select again in a rank's piece when all its steps are chosen: the
+    piece holds what the window of all its steps selects, and selecting in it again keeps it all."""
+    from hpcprof.analysis.outputs.timeline_render import SELECT_COLUMNS, read_piece, window_rows
+
+    for src in (DLRM, SAMPLED):
+        cache = tmp_path / f"cache-{src.name}"
+        analyze(require(src), out=tmp_path / f"an-{src.name}", progress=False, cache_dir=cache)
+        metas = sorted(cache.rglob("meta.json"))
+        assert metas
+        for meta in metas:
+            steps = json.loads(meta.read_text())["timeline"]["steps"]
+            piece = read_piece(str(meta.parent / "timeline.parquet"), SELECT_COLUMNS)
+            lo, hi = min(a for _, a, _ in steps), max(b for _, _, b in steps)
+            assert piece.num_rows and window_rows(piece, lo, hi).all(), meta

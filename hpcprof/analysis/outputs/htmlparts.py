@@ -100,10 +100,23 @@ def _json_float(v: float) -> str:
     return np.format_float_positional(v, trim="0") if "e" in r else r
 
 
+_json_str = json.encoder.encode_basestring_ascii
+"""json.dumps of a str (its default ensure_ascii=True)."""
+
+
 def json_text(o, indent: int = 1, _depth: int = 0) -> str:
     """`json.dumps(o, indent=indent, default=str)` with every float in positional notation
     (0.0000234375, not 2.34375e-05): the report shows summary.json to people; it still parses as
     the same JSON (`json.loads` gives back the same values)."""
+    t = type(o)  # the plain types first, each as json.dumps writes it (the 16-rank summary: 6.3 -> 4.0 ms)
+    if t is str:
+        return _json_str(o)
+    if t is float:
+        return _json_float(o)
+    if t is int:
+        return int.__repr__(o)
+    if o is None or t is bool:
+        return "null" if o is None else "true" if o else "false"
     pad, inner = " " * indent * _depth, " " * indent * (_depth + 1)
     if isinstance(o, dict):
         if not o:

@@ -266,9 +266,11 @@ def write_timeline(
         rows = {}  # rank -> its selected rows (np.packbits), None: all; kept for pass 2 (1.5 ms a rank)
         for r in ranks:  # pass 1: counts only
             piece = read_piece(by_rank[r].piece, SELECT_COLUMNS)
-            mask = window_rows(piece, *window[r])
-            rows[r] = None if mask.all() else np.packbits(mask)
-            counts.add(keep_rows(piece, mask))
+            # a piece holds what its rank's window of all its steps selects (ranks/timeline_piece.py), and
+            # selecting in that window again keeps every row: not computed then (1 ms a rank)
+            mask = None if len(sub[r]) == len(by_rank[r].steps) else window_rows(piece, *window[r])
+            rows[r] = None if mask is None or mask.all() else np.packbits(mask)
+            counts.add(piece if mask is None else keep_rows(piece, mask))
             sizing.update()
         n_fixed = sum(len(x.events) for x in built)
         budget = counts.budget(max_events, n_fixed)

@@ -23,7 +23,7 @@ from .critical_path import CriticalPath, critical_paths
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
-from .sanity import cut_failed_steps, plausible_stragglers, same_host_clock_warnings
+from .sanity import cut_failed_collectives, cut_failed_steps, plausible_stragglers, same_host_clock_warnings
 from .step_stats import StepTimes, step_times
 from .throughput import throughput
 
@@ -114,16 +114,14 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
         warnings.append(f"the clock-skew drill names node {skew['node']!r}, where no analysed rank ran (nodes: "
                         f"{', '.join(sorted({str(n) for n in nodes.values()}))}): it shifted no trace")
 
+    # only what the charts of per-rank numbers need is read before on_ranks (the other four tables
+    # after it: the charts start 0.05 s sooner at 16 ranks)
     steps_trace = rank_table(keep, "steps")
-    colls = rank_table(keep, "collectives")
     idle = rank_table(keep, "idle")
     ktype = rank_table(keep, "kernel_type")
-    ktype_ours = rank_table(keep, "kernel_type_hpcprof")
-    ktop = rank_table(keep, "kernels_top")
-    kall = rank_table(keep, "kernels_all")
     stages.step("step times")
     state = run_state(src)
-    steps_trace, colls = cut_failed_steps(state, steps_trace, colls, warnings)
+    steps_trace = cut_failed_steps(state, steps_trace, warnings)
     if state.partial and state.state != "failed":
         warnings.insert(0, f"partial analysis: {state.describe()}")
 
@@ -141,6 +139,10 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
     if on_ranks is not None:
         on_ranks(RankNumbers(metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
                              kernel_breakdown=kb, idle=idle, throughput_steps=tp_steps))
+    colls = cut_failed_collectives(state, rank_table(keep, "collectives"))
+    ktype_ours = rank_table(keep, "kernel_type_hpcprof")
+    ktop = rank_table(keep, "kernels_top")
+    kall = rank_table(keep, "kernels_all")
     kx = kernels_across_ranks(kall)
 
     hosts = {r: nodes.get(r) for r in metas}

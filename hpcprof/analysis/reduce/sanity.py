@@ -75,25 +75,32 @@ def plausible_stragglers(stragglers: list[dict], step_ms: float | None) -> tuple
     return kept, warnings
 
 
-def cut_failed_steps(state, steps_trace: pd.DataFrame, colls: pd.DataFrame,
-                     warnings: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A crashed run: drop the profiled steps from the failing step on, and their collectives.
+def cut_failed_steps(state, steps_trace: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    """A crashed run: drop the profiled steps from the failing step on (their collectives:
+    cut_failed_collectives).
 
     Why: the step a rank crashed in is cut off (its ProfilerStep ends at the crash: a 0.51 ms step,
     or the survivors' step that only waited), and a recommendation derived from it is wrong. `state`:
     hpcprof.rundir.state.RunState."""
     if state is None or state.state != "failed":
-        return steps_trace, colls
+        return steps_trace
     step = state.failed_step
     warnings.insert(0, f"the run crashed ({state.describe()}); this is not the analysis of a normal run"
                        + (f": profiled steps from step {step} on are cut off and left out" if step is not None else ""))
     if step is None:
-        return steps_trace, colls
+        return steps_trace
     if not steps_trace.empty and "step" in steps_trace:
         steps_trace = steps_trace[steps_trace["step"] < step].reset_index(drop=True)
-    if not colls.empty and "step" in colls:
-        colls = colls[(colls["step"] >= 0) & (colls["step"] < step)].reset_index(drop=True)
     if steps_trace.empty:
         warnings.insert(1, f"no profiled step completed before the crash at step {step}: no straggler verdict and "
                            "no recommendation (they would come from a cut-off step)")
-    return steps_trace, colls
+    return steps_trace
+
+
+def cut_failed_collectives(state, colls: pd.DataFrame) -> pd.DataFrame:
+    """The collectives of the steps cut_failed_steps keeps (a separate step: the reduce reads the
+    collectives only after the charts of per-rank numbers have started)."""
+    step = state.failed_step if state is not None and state.state == "failed" else None
+    if step is None or colls.empty or "step" not in colls:
+        return colls
+    return colls[(colls["step"] >= 0) & (colls["step"] < step)].reset_index(drop=True)
