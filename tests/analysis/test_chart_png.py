@@ -123,3 +123,22 @@ def test_the_chart_process_import_draws_the_same_pixels(tmp_path, chart_calls):
         getattr(plots, chart)(*args[:-1], tmp_path / f"{chart}-here.png")
         proc, here = pixels(tmp_path / f"{chart}-proc.png"), pixels(tmp_path / f"{chart}-here.png")
         assert proc.shape == here.shape and np.array_equal(proc, here), chart
+
+
+def test_ticks_placed_once_within_the_block_only():
+    """Within ticks_cached an axis' ticks are placed once; after it, matplotlib places them anew
+    (the limits changed here show it)."""
+    from matplotlib.axis import Axis
+
+    update = Axis._update_ticks
+    fig, ax = plt.subplots()
+    ax.set_xlim(0, 10)
+    with png.ticks_cached():
+        first = ax.xaxis._update_ticks()
+        locs = [t.get_loc() for t in first]
+        ax.set_xlim(0, 1000)  # never happens within a save: shows that the answer is reused
+        again = ax.xaxis._update_ticks()
+        assert again is first and [t.get_loc() for t in again] == locs and max(locs) == 10
+    assert Axis._update_ticks is update
+    assert max(t.get_loc() for t in ax.xaxis._update_ticks()) == 1000
+    plt.close(fig)

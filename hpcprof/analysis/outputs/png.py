@@ -9,6 +9,7 @@ repeats): 1.24 s with savefig(bbox_inches="tight"), 0.94 s with the same pixels 
 - each text's layout computed once per figure, not in every pass: matplotlib lays out a tick label
   again for the tight box, the axis label's position, the title's position and the draw, 3 times
   a text in all (-0.15 to -0.2 s; `layouts_cached`);
+- each axis' ticks placed and labelled once per save, not about 10 times (-0.064 s; `ticks_cached`);
 - the pixels written as an RGB PNG: they are opaque (the figure's white background), and PIL
   filters and compresses 3 bytes a pixel instead of 4 (-0.015 s, files 10% smaller; PIL's compress
   level 3 or 1 instead of its 6 saved no more than the noise, 0.02 s, with files 10% larger).
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+from matplotlib.axis import Axis
 from matplotlib.text import Text
 from PIL import Image
 
@@ -69,10 +71,34 @@ def layouts_cached():
         Text._get_layout = layout
 
 
+@contextlib.contextmanager
+def ticks_cached():
+    """Within the block, each axis places and labels its ticks once (Axis._update_ticks: the locator's
+    positions, the formatter's labels, the ticks in view): matplotlib does it again for every tight
+    box, label and title position and the draw, about 10 times an axis in a save. In between, the figure
+    is only moved (to the tight box), never resized nor its limits changed: the same answer each
+    time (the tight save's pixels: tests/analysis/test_chart_png.py). 8 charts of 16 ranks: 0.064
+    CPU-s less (0.893 -> 0.829, medians of 8, interleaved)."""
+    update = Axis._update_ticks
+    done: dict = {}
+
+    def cached(self):
+        found = done.get(self)
+        if found is None:
+            found = done[self] = update(self)
+        return found
+
+    Axis._update_ticks = cached
+    try:
+        yield
+    finally:
+        Axis._update_ticks = update
+
+
 def save(fig, path: Path, dpi: float) -> None:
     """Write fig to path as savefig(path, dpi=dpi, bbox_inches="tight") would draw it."""
     fig.set_dpi(dpi)  # the tight box is measured in the pixels it is drawn in
-    with layouts_cached():
+    with layouts_cached(), ticks_cached():
         box = fig.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
         fig.savefig(io.BytesIO(), format="rgba", dpi=dpi, bbox_inches=box)
     rgba = np.asarray(fig.canvas.buffer_rgba())  # the canvas just drawn: height x width x 4
