@@ -142,3 +142,25 @@ def test_ticks_placed_once_within_the_block_only():
     assert Axis._update_ticks is update
     assert max(t.get_loc() for t in ax.xaxis._update_ticks()) == 1000
     plt.close(fig)
+
+
+def test_heatmap_strip_as_one_rectangle_patch_a_column(tmp_path):
+    """plots._strip draws the pixels of the Rectangle patches it replaced (one a marked column), at
+    a few column counts (wide and narrow columns)."""
+    from matplotlib.transforms import blended_transform_factory
+
+    for n in (3, 25, 140):
+        marked = [(i, "black" if i % 3 else "#999999") for i in range(n) if i % 4]
+        for how in ("collection", "patches"):
+            fig, ax = plt.subplots(figsize=(11, 4))
+            ax.imshow(np.arange(2 * n, dtype=float).reshape(2, n), aspect="auto")
+            ax.set_title("title", pad=16)
+            if how == "collection":
+                plots._strip(ax, marked)
+            else:
+                strip = blended_transform_factory(ax.transData, ax.transAxes)
+                for i, color in marked:
+                    ax.add_patch(plt.Rectangle((i - 0.5, 1.01), 1, 0.035, color=color, transform=strip, clip_on=False))
+            plots._save(fig, tmp_path / f"{how}.png")
+        new, ref = pixels(tmp_path / "collection.png"), pixels(tmp_path / "patches.png")
+        assert new.shape == ref.shape and np.array_equal(new, ref), n
