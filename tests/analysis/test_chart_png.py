@@ -164,3 +164,16 @@ def test_heatmap_strip_as_one_rectangle_patch_a_column(tmp_path):
             plots._save(fig, tmp_path / f"{how}.png")
         new, ref = pixels(tmp_path / "collection.png"), pixels(tmp_path / "patches.png")
         assert new.shape == ref.shape and np.array_equal(new, ref), n
+
+
+def test_rgb_png_reads_back_as_pil_writes_it(tmp_path):
+    """png.rgb_png (unfiltered rows, zlib): read back by PIL, the pixels and dpi of PIL's own RGB
+    PNG of the same RGBA pixels, at edge sizes (one pixel, odd widths) and random pixels."""
+    rng = np.random.default_rng(0)
+    for h, w in ((1, 1), (3, 7), (40, 1), (257, 333)):
+        rgba = rng.integers(0, 256, (h, w, 4), dtype=np.uint8)
+        (tmp_path / "ours.png").write_bytes(png.rgb_png(rgba, plots.DPI))
+        Image.fromarray(rgba, "RGBA").convert("RGB").save(tmp_path / "pil.png", format="png", dpi=(plots.DPI, plots.DPI))
+        ours, pil = Image.open(tmp_path / "ours.png"), Image.open(tmp_path / "pil.png")
+        assert ours.mode == "RGB" and ours.info["dpi"] == pil.info["dpi"]
+        assert np.array_equal(np.asarray(ours), np.asarray(pil)) and np.array_equal(np.asarray(ours), rgba[..., :3])
