@@ -177,3 +177,20 @@ def test_rgb_png_reads_back_as_pil_writes_it(tmp_path):
         ours, pil = Image.open(tmp_path / "ours.png"), Image.open(tmp_path / "pil.png")
         assert ours.mode == "RGB" and ours.info["dpi"] == pil.info["dpi"]
         assert np.array_equal(np.asarray(ours), np.asarray(pil)) and np.array_equal(np.asarray(ours), rgba[..., :3])
+
+
+def test_the_chart_import_leaves_the_collector_as_it_found_it():
+    """charts._import_plots switches the garbage collector off for the import only."""
+    import gc
+
+    from hpcprof.analysis.outputs import charts
+
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            charts._import_plots()
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+        gc.unfreeze()

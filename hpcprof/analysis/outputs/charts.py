@@ -60,13 +60,20 @@ def _chart_worker_init() -> None:
 
 
 def _import_plots() -> None:
-    """Import matplotlib (about 0.18 CPU-s, see _without_set_docs), and leave its objects out of the
+    """Import matplotlib (about 0.17 CPU-s, see _without_set_docs), and leave its objects out of the
     garbage collector's passes too (gc.freeze again): the passes while the charts are drawn took
-    0.048 CPU-s, now 0.033."""
+    0.048 CPU-s, now 0.033. No passes during the import: it leaves no garbage cycles (a collection
+    after it finds nothing), and its 95 passes took 0.01 CPU-s."""
     import gc
 
-    _without_set_docs()
-    importlib.import_module(f"{__package__}.plots")
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _without_set_docs()
+        importlib.import_module(f"{__package__}.plots")
+    finally:
+        if was_enabled:
+            gc.enable()
     gc.freeze()
 
 
