@@ -124,5 +124,5 @@ def rgb_png(rgba: np.ndarray, dpi: float) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + b"".join((
         _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)),  # 8 bits, RGB, no interlace
         _chunk(b"pHYs", struct.pack(">IIB", per_m, per_m, 1)),  # pixels per metre
-        _chunk(b"IDAT", zlib.compress(rows.tobytes(), 6)),
+        _chunk(b"IDAT", zlib.compress(rows, 6)),  # the array itself: no copy of it as bytes
         _chunk(b"IEND", b"")))
