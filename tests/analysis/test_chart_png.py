@@ -97,7 +97,7 @@ def test_a_text_changed_after_its_layout_is_laid_out_anew():
 
 def test_the_chart_process_import_draws_the_same_pixels(tmp_path, chart_calls):
     """The chart process imports matplotlib without the set() signatures and docstrings of its
-    artists (charts._without_set_docs). Known answer: the same charts drawn here, where matplotlib
+    artists nor the property tables in docstrings (charts._without_set_docs). Known answer: the same charts drawn here, where matplotlib
     was imported as usual; a fresh interpreter (matplotlib not yet imported) draws them the chart
     process' way, and says that the skip took effect."""
     import pickle
@@ -111,7 +111,8 @@ def test_the_chart_process_import_draws_the_same_pixels(tmp_path, chart_calls):
         "charts._import_plots()\n"
         "from hpcprof.analysis.outputs import plots\n"
         "from matplotlib.lines import Line2D\n"
-        "print('docs' if Line2D.set.__doc__ else 'no docs')\n"
+        "from matplotlib.axes import Axes\n"
+        "print('docs' if Line2D.set.__doc__ or 'Properties:' in Axes.plot.__doc__ else 'no docs')\n"
         "for chart, args in pickle.load(open(sys.argv[1], 'rb')):\n"
         "    getattr(plots, chart)(*args, sys.argv[2] + '/' + chart + '-proc.png')\n"
     )
@@ -123,3 +124,74 @@ def test_the_chart_process_import_draws_the_same_pixels(tmp_path, chart_calls):
         getattr(plots, chart)(*args[:-1], tmp_path / f"{chart}-here.png")
         proc, here = pixels(tmp_path / f"{chart}-proc.png"), pixels(tmp_path / f"{chart}-here.png")
         assert proc.shape == here.shape and np.array_equal(proc, here), chart
+
+
+def test_ticks_placed_once_within_the_block_only():
+    """Within ticks_cached an axis' ticks are placed once; after it, matplotlib places them anew
+    (the limits changed here show it)."""
+    from matplotlib.axis import Axis
+
+    update = Axis._update_ticks
+    fig, ax = plt.subplots()
+    ax.set_xlim(0, 10)
+    with png.ticks_cached():
+        first = ax.xaxis._update_ticks()
+        locs = [t.get_loc() for t in first]
+        ax.set_xlim(0, 1000)  # never happens within a save: shows that the answer is reused
+        again = ax.xaxis._update_ticks()
+        assert again is first and [t.get_loc() for t in again] == locs and max(locs) == 10
+    assert Axis._update_ticks is update
+    assert max(t.get_loc() for t in ax.xaxis._update_ticks()) == 1000
+    plt.close(fig)
+
+
+def test_heatmap_strip_as_one_rectangle_patch_a_column(tmp_path):
+    """plots._strip draws the pixels of the Rectangle patches it replaced (one a marked column), at
+    a few column counts (wide and narrow columns)."""
+    from matplotlib.transforms import blended_transform_factory
+
+    for n in (3, 25, 140):
+        marked = [(i, "black" if i % 3 else "#999999") for i in range(n) if i % 4]
+        for how in ("collection", "patches"):
+            fig, ax = plt.subplots(figsize=(11, 4))
+            ax.imshow(np.arange(2 * n, dtype=float).reshape(2, n), aspect="auto")
+            ax.set_title("title", pad=16)
+            if how == "collection":
+                plots._strip(ax, marked)
+            else:
+                strip = blended_transform_factory(ax.transData, ax.transAxes)
+                for i, color in marked:
+                    ax.add_patch(plt.Rectangle((i - 0.5, 1.01), 1, 0.035, color=color, transform=strip, clip_on=False))
+            plots._save(fig, tmp_path / f"{how}.png")
+        new, ref = pixels(tmp_path / "collection.png"), pixels(tmp_path / "patches.png")
+        assert new.shape == ref.shape and np.array_equal(new, ref), n
+
+
+def test_rgb_png_reads_back_as_pil_writes_it(tmp_path):
+    """png.rgb_png (unfiltered rows, zlib): read back by PIL, the pixels and dpi of PIL's own RGB
+    PNG of the same RGBA pixels, at edge sizes (one pixel, odd widths) and random pixels."""
+    rng = np.random.default_rng(0)
+    for h, w in ((1, 1), (3, 7), (40, 1), (257, 333)):
+        rgba = rng.integers(0, 256, (h, w, 4), dtype=np.uint8)
+        (tmp_path / "ours.png").write_bytes(png.rgb_png(rgba, plots.DPI))
+        Image.fromarray(rgba, "RGBA").convert("RGB").save(tmp_path / "pil.png", format="png", dpi=(plots.DPI, plots.DPI))
+        ours, pil = Image.open(tmp_path / "ours.png"), Image.open(tmp_path / "pil.png")
+        assert ours.mode == "RGB" and ours.info["dpi"] == pil.info["dpi"]
+        assert np.array_equal(np.asarray(ours), np.asarray(pil)) and np.array_equal(np.asarray(ours), rgba[..., :3])
+
+
+def test_the_chart_import_leaves_the_collector_as_it_found_it():
+    """charts._import_plots switches the garbage collector off for the import only."""
+    import gc
+
+    from hpcprof.analysis.outputs import charts
+
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            charts._import_plots()
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+        gc.unfreeze()

@@ -165,13 +165,26 @@ def idle_chart(per_rank: pd.DataFrame, idle: pd.DataFrame, steps_trace: pd.DataF
     _save(fig, path)
 
 
+def _strip(ax, marked: list[tuple[int, str]]) -> None:
+    """A strip above the axes: for each (column, colour) of `marked`, a rectangle of that colour
+    over the column (x: data, -0.5 to +0.5 around it; y: 1.01 to 1.045 of the axes' height). One
+    collection, with the pixels of a Rectangle patch a column (edges of the face colour, 1 point
+    wide, mitred; the limits left alone): 0.008 CPU-s less at 25 columns."""
+    from matplotlib.transforms import blended_transform_factory
+
+    if marked:
+        low, top = 1.01, 1.01 + 0.035
+        colors = [c for _, c in marked]
+        ax.add_collection(PolyCollection([[(i - 0.5, low), (i + 0.5, low), (i + 0.5, top), (i - 0.5, top)] for i, _ in marked],
+                                         facecolors=colors, edgecolors=colors, joinstyle="miter", clip_on=False,
+                                         transform=blended_transform_factory(ax.transData, ax.transAxes)), autolim=False)
+
+
 def step_heatmap(steps: pd.DataFrame, value: str, source: str, nodes: dict, path: Path) -> None:
     """Rank x step; colours centred on the median step time of the steps in the statistics (white),
     the range at least +-25% of it, so a 2% wobble stays pale. Above the map, a strip marks the
     profiled steps (black) and the steps excluded from the statistics (grey: column `phase` warmup,
     epoch_boundary or profiler_warmup; without `phase`, each rank's first step)."""
-    from matplotlib.transforms import blended_transform_factory
-
     piv = steps.pivot_table(index="rank", columns="step", values=value, aggfunc="first")
     first = steps.sort_values(["step", "rank"]).drop_duplicates("step").set_index("step")
     if "phase" in steps:
@@ -193,11 +206,8 @@ def step_heatmap(steps: pd.DataFrame, value: str, source: str, nodes: dict, path
     ax.set_xticks(range(0, len(piv.columns), every), [str(c) for c in piv.columns[::every]], fontsize=7)
     ax.set_xlabel("step")
     ax.set_title(f"Step time per rank and step ({source}); white = median {med:,.1f} ms", pad=16)
-    strip = blended_transform_factory(ax.transData, ax.transAxes)
-    for i, c in enumerate(piv.columns):
-        color = "black" if bool(prof.get(c, False)) else ("#999999" if bool(excl.get(c, False)) else None)
-        if color:
-            ax.add_patch(plt.Rectangle((i - 0.5, 1.01), 1, 0.035, color=color, transform=strip, clip_on=False))
+    _strip(ax, [(i, color) for i, c in enumerate(piv.columns)
+                if (color := "black" if bool(prof.get(c, False)) else ("#999999" if bool(excl.get(c, False)) else None))])
     fig.colorbar(im, ax=ax, label="step time (ms)", pad=0.02)
     handles = [Patch(color="black", label="profiled step"), Patch(color="#999999", label="excluded from the statistics (warm-up, epoch start)")]
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.14), ncol=2, frameon=False)
