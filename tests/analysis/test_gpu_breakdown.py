@@ -92,6 +92,10 @@ def _assert_all_equal(t, gpu: pd.DataFrame) -> None:
         mine = gb.top_kernels(stats[stats["name"].map(of_name) == k], 10, 0.8)
         theirs = B._aggr_gpu_kernel_time(named[named["kernel_type"] == k], num_kernels=10, duration_ratio=0.8)
         pd.testing.assert_frame_equal(mine, theirs)
+    tops = [B._aggr_gpu_kernel_time(named[named["kernel_type"] == k], num_kernels=10, duration_ratio=0.8).assign(kernel_type=k, rank=0)
+            for k in KINDS]
+    theirs = pd.concat(tops, ignore_index=True).sort_values(["kernel_type", "name", "rank"], ignore_index=True)
+    pd.testing.assert_frame_equal(gb.kernels_top(hta_rank._typed_stats(gpu), KINDS, 10, 0.8, 0), theirs)
 
     df, ids = t.get_trace(0), t.symbol_table.get_sym_id_map()
     idle = gb.idle_breakdown(df, ids, 30, 0)
@@ -115,6 +119,7 @@ def test_equal_to_hta_on_real_traces(path):
     assert gb.kernel_type_time(gpu["ts"].to_numpy(), gpu["dur"].to_numpy(), gpu["kernel_type"].to_numpy(), KINDS) is not None
     assert gb.idle_breakdown(df, ids, 30, 0) is not None
     assert gb.launch_stats(df, ids) is not None
+    assert gb._tops(hta_rank._typed_stats(gpu), KINDS, 10, 0.8, 0) is not None
     _assert_all_equal(t, gpu)
 
 
@@ -178,7 +183,9 @@ def test_generated_frames_take_the_numpy_path():
         took += gb.kernel_type_time(gpu["ts"].to_numpy(), gpu["dur"].to_numpy(), gpu["kernel_type"].to_numpy(), KINDS) is not None
         took += gb.idle_breakdown(t.df, t.symbol_table.get_sym_id_map(), 30, 0) is not None
         took += gb.launch_stats(t.df, t.symbol_table.get_sym_id_map()) is not None
-    assert took == 180
+        tops = gb._tops(hta_rank._typed_stats(gpu), KINDS, 10, 0.8, 0)
+        took += tops is not None or seed % 3 == 0  # fractional durations: pandas' compensated sums, left to top_kernels
+    assert took == 240
 
 
 def test_merged_intervals_join_touching_ones_and_keep_gaps():

@@ -191,14 +191,8 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
     if tops:
         if stats is None:
             stats = _typed_stats(gpu)
-        stats_type = stats["kernel_type"].to_numpy()
-        parts = [gb.top_kernels(stats[stats_type == k], TOP_KERNELS, DURATION_RATIO).assign(kernel_type=k, rank=int(rank))
-                 for k in kinds]
-        out["kernels_top"] = (
-            pd.concat(parts, ignore_index=True)
-            .sort_values(["kernel_type", "name", "rank"], ignore_index=True)
-            .rename(columns={"sum": "sum (us)", "mean": "mean (us)", "max": "max (us)", "min": "min (us)", "std": "stddev"})
-        )
+        out["kernels_top"] = gb.kernels_top(stats, kinds, TOP_KERNELS, DURATION_RATIO, rank).rename(
+            columns={"sum": "sum (us)", "mean": "mean (us)", "max": "max (us)", "min": "min (us)", "std": "stddev"})
     if idle:
         df = t.get_trace(rank)
         res = gb.idle_breakdown(df, t.symbol_table.get_sym_id_map(), CONSECUTIVE_KERNEL_DELAY, rank)
