@@ -194,3 +194,22 @@ def test_merged_intervals_join_touching_ones_and_keep_gaps():
     assert s.tolist() == [0, 10, 20] and e.tolist() == [5, 15, 31]
     s, e = gb.merge_intervals(np.array([0, 6]), np.array([5, 1]))
     assert s.tolist() == [0, 6] and e.tolist() == [5, 7]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.float64])
+def test_marks_are_isin_and_unique(dtype):
+    """launch_stats' membership and distinct counts (a marked table over the ids' range) equal
+    np.isin and np.unique, at the ends of narrow int dtypes, over a range too wide to mark, and on floats."""
+    rng = np.random.default_rng(int(np.dtype(dtype).itemsize))
+    info = np.iinfo(dtype) if np.dtype(dtype).kind == "i" else None
+    cases = [rng.integers(-5, 50, 300), np.array([-1, 0, 3, 3, 7])]
+    if info is not None:
+        cases.append(np.array([info.min, info.min + 1, info.max, info.max, -1, 0]))
+    if np.dtype(dtype).itemsize == 8:
+        cases.append(np.array([0, 1 << 40, 5, 5]))  # too wide a range: np.isin
+    for universe in cases:
+        universe = universe.astype(dtype)
+        marks = gb._Marks(universe)
+        for keys in (universe[::3], universe[:0], universe):
+            assert (marks.isin(universe, keys) == np.isin(universe, keys)).all()
+            assert marks.distinct(keys) == len(np.unique(keys))

