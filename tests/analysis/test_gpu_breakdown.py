@@ -87,7 +87,10 @@ def _assert_all_equal(t, gpu: pd.DataFrame) -> None:
     assert row["non_compute_time(us)"] == kernel_us - compute_us - idle_us
 
     stats = gb.kernel_stats(gpu["kernel_name"], gpu["dur"])
+    typed = hta_rank._typed_stats(gpu)  # grouped on the symbol ids, on numpy where the durations are whole
+    pd.testing.assert_frame_equal(typed.drop(columns="kernel_type"), stats)
     of_name = dict(zip(gpu["kernel_name"], gpu["kernel_type"]))
+    pd.testing.assert_series_equal(typed["kernel_type"], stats["name"].map(of_name), check_names=False)
     for k in KINDS:
         mine = gb.top_kernels(stats[stats["name"].map(of_name) == k], 10, 0.8)
         theirs = B._aggr_gpu_kernel_time(named[named["kernel_type"] == k], num_kernels=10, duration_ratio=0.8)
@@ -95,7 +98,7 @@ def _assert_all_equal(t, gpu: pd.DataFrame) -> None:
     tops = [B._aggr_gpu_kernel_time(named[named["kernel_type"] == k], num_kernels=10, duration_ratio=0.8).assign(kernel_type=k, rank=0)
             for k in KINDS]
     theirs = pd.concat(tops, ignore_index=True).sort_values(["kernel_type", "name", "rank"], ignore_index=True)
-    pd.testing.assert_frame_equal(gb.kernels_top(hta_rank._typed_stats(gpu), KINDS, 10, 0.8, 0), theirs)
+    pd.testing.assert_frame_equal(gb.kernels_top(typed, KINDS, 10, 0.8, 0), theirs)
 
     df, ids = t.get_trace(0), t.symbol_table.get_sym_id_map()
     idle = gb.idle_breakdown(df, ids, 30, 0)
