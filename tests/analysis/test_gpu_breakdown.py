@@ -111,10 +111,23 @@ def _assert_all_equal(t, gpu: pd.DataFrame) -> None:
         pd.testing.assert_frame_equal(launches, ref.reset_index(drop=True))
 
 
+def _gpu_events_by_map(t) -> pd.DataFrame:
+    """hta_rank.gpu_events as first written: the rows selected and copied, the columns by Series.map."""
+    from hta.utils.utils import get_kernel_type
+
+    sym, df = t.symbol_table.get_sym_table(), t.get_trace(0)
+    gpu = df[df["stream"].ne(-1)].copy()
+    ids = gpu["name"].unique()
+    gpu["kernel_name"] = gpu["name"].map({i: sym[i] for i in ids})
+    gpu["kernel_type"] = gpu["name"].map({i: get_kernel_type(sym[i]) for i in ids})
+    return gpu
+
+
 @pytest.mark.parametrize("path", _gpu_traces(), ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
 def test_equal_to_hta_on_real_traces(path):
     t = _hta_frame(path)
     gpu = hta_rank.gpu_events(t, 0)
+    pd.testing.assert_frame_equal(gpu, _gpu_events_by_map(t), check_exact=True)
     if not len(gpu):
         pytest.skip(f"{path.name}: no GPU events")
     df, ids = t.get_trace(0), t.symbol_table.get_sym_id_map()
