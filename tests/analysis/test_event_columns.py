@@ -5,6 +5,7 @@ texts among numbers, NaN), against pandas itself."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -99,3 +100,19 @@ def test_block_columns_equal_the_whole_decode(tmp_path, values):
         got = split_table(read_bytes(p), block)
         assert got is not None
         pd.testing.assert_frame_equal(got[1], want, check_exact=True)
+
+
+def test_texts_of_any_two_mixtures_is_pandas_inference():
+    """columns._texts (the join of the block decode's object columns) gives the column
+    pd.Series(values.tolist()) gives, for every mixture and every two mixtures joined (its mixed
+    values are kept as an object array, not inferred again)."""
+    from hpcprof.analysis.decode.columns import _texts
+
+    for a, b in itertools.product(MIXTURES.values(), repeat=2):
+        values = np.empty(len(a) + len(b), dtype=object)
+        for i, v in enumerate((*a, *b)):
+            values[i] = v
+        got, want = _texts(values), pd.Series(values.tolist())
+        assert got.dtype == want.dtype, (a, b)
+        pd.testing.assert_series_equal(got, want, check_exact=True)
+        assert all(x is y for x, y in zip(got.tolist(), want.tolist()) if got.dtype == object), (a, b)

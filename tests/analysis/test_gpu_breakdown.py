@@ -87,11 +87,18 @@ def _assert_all_equal(t, gpu: pd.DataFrame) -> None:
     assert row["non_compute_time(us)"] == kernel_us - compute_us - idle_us
 
     stats = gb.kernel_stats(gpu["kernel_name"], gpu["dur"])
+    typed = hta_rank._typed_stats(gpu)  # grouped on the symbol ids, on numpy where the durations are whole
+    pd.testing.assert_frame_equal(typed.drop(columns="kernel_type"), stats)
     of_name = dict(zip(gpu["kernel_name"], gpu["kernel_type"]))
+    pd.testing.assert_series_equal(typed["kernel_type"], stats["name"].map(of_name), check_names=False)
     for k in KINDS:
         mine = gb.top_kernels(stats[stats["name"].map(of_name) == k], 10, 0.8)
         theirs = B._aggr_gpu_kernel_time(named[named["kernel_type"] == k], num_kernels=10, duration_ratio=0.8)
         pd.testing.assert_frame_equal(mine, theirs)
+    tops = [B._aggr_gpu_kernel_time(named[named["kernel_type"] == k], num_kernels=10, duration_ratio=0.8).assign(kernel_type=k, rank=0)
+            for k in KINDS]
+    theirs = pd.concat(tops, ignore_index=True).sort_values(["kernel_type", "name", "rank"], ignore_index=True)
+    pd.testing.assert_frame_equal(gb.kernels_top(typed, KINDS, 10, 0.8, 0), theirs)
 
     df, ids = t.get_trace(0), t.symbol_table.get_sym_id_map()
     idle = gb.idle_breakdown(df, ids, 30, 0)
@@ -104,10 +111,23 @@ def _assert_all_equal(t, gpu: pd.DataFrame) -> None:
         pd.testing.assert_frame_equal(launches, ref.reset_index(drop=True))
 
 
+def _gpu_events_by_map(t) -> pd.DataFrame:
+    """hta_rank.gpu_events as first written: the rows selected and copied, the columns by Series.map."""
+    from hta.utils.utils import get_kernel_type
+
+    sym, df = t.symbol_table.get_sym_table(), t.get_trace(0)
+    gpu = df[df["stream"].ne(-1)].copy()
+    ids = gpu["name"].unique()
+    gpu["kernel_name"] = gpu["name"].map({i: sym[i] for i in ids})
+    gpu["kernel_type"] = gpu["name"].map({i: get_kernel_type(sym[i]) for i in ids})
+    return gpu
+
+
 @pytest.mark.parametrize("path", _gpu_traces(), ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
 def test_equal_to_hta_on_real_traces(path):
     t = _hta_frame(path)
     gpu = hta_rank.gpu_events(t, 0)
+    pd.testing.assert_frame_equal(gpu, _gpu_events_by_map(t), check_exact=True)
     if not len(gpu):
         pytest.skip(f"{path.name}: no GPU events")
     df, ids = t.get_trace(0), t.symbol_table.get_sym_id_map()
@@ -115,6 +135,7 @@ def test_equal_to_hta_on_real_traces(path):
     assert gb.kernel_type_time(gpu["ts"].to_numpy(), gpu["dur"].to_numpy(), gpu["kernel_type"].to_numpy(), KINDS) is not None
     assert gb.idle_breakdown(df, ids, 30, 0) is not None
     assert gb.launch_stats(df, ids) is not None
+    assert gb._tops(hta_rank._typed_stats(gpu), KINDS, 10, 0.8, 0) is not None
     _assert_all_equal(t, gpu)
 
 
@@ -178,7 +199,9 @@ def test_generated_frames_take_the_numpy_path():
         took += gb.kernel_type_time(gpu["ts"].to_numpy(), gpu["dur"].to_numpy(), gpu["kernel_type"].to_numpy(), KINDS) is not None
         took += gb.idle_breakdown(t.df, t.symbol_table.get_sym_id_map(), 30, 0) is not None
         took += gb.launch_stats(t.df, t.symbol_table.get_sym_id_map()) is not None
-    assert took == 180
+        tops = gb._tops(hta_rank._typed_stats(gpu), KINDS, 10, 0.8, 0)
+        took += tops is not None or seed % 3 == 0  # fractional durations: pandas' compensated sums, left to top_kernels
+    assert took == 240
 
 
 def test_merged_intervals_join_touching_ones_and_keep_gaps():
@@ -187,3 +210,22 @@ def test_merged_intervals_join_touching_ones_and_keep_gaps():
     assert s.tolist() == [0, 10, 20] and e.tolist() == [5, 15, 31]
     s, e = gb.merge_intervals(np.array([0, 6]), np.array([5, 1]))
     assert s.tolist() == [0, 6] and e.tolist() == [5, 7]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.float64])
+def test_marks_are_isin_and_unique(dtype):
+    """launch_stats' membership and distinct counts (a marked table over the ids' range) equal
+    np.isin and np.unique, at the ends of narrow int dtypes, over a range too wide to mark, and on floats."""
+    rng = np.random.default_rng(int(np.dtype(dtype).itemsize))
+    info = np.iinfo(dtype) if np.dtype(dtype).kind == "i" else None
+    cases = [rng.integers(-5, 50, 300), np.array([-1, 0, 3, 3, 7])]
+    if info is not None:
+        cases.append(np.array([info.min, info.min + 1, info.max, info.max, -1, 0]))
+    if np.dtype(dtype).itemsize == 8:
+        cases.append(np.array([0, 1 << 40, 5, 5]))  # too wide a range: np.isin
+    for universe in cases:
+        universe = universe.astype(dtype)
+        marks = gb._Marks(universe)
+        for keys in (universe[::3], universe[:0], universe):
+            assert (marks.isin(universe, keys) == np.isin(universe, keys)).all()
+            assert marks.distinct(keys) == len(np.unique(keys))

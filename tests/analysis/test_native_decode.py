@@ -20,7 +20,7 @@ import pytest
 
 from hpcprof.analysis import cext
 from hpcprof.analysis.decode import native, stream
-from hpcprof.analysis.decode.columns import TextCodes
+from hpcprof.analysis.decode.columns import CODED_KEYS, TextCodes, text_codes
 
 from .conftest import TRACES
 
@@ -47,6 +47,22 @@ def _same(a, b):
     for c in a[1].columns:  # pandas finds True == 1 == 1.0 equal: the values' types too
         if a[1][c].dtype == object:
             assert list(map(type, a[1][c])) == list(map(type, b[1][c])), c
+
+
+def _kept_codes(got) -> int:
+    """The codes the native decode keeps (columns.text_codes) are pd.factorize's of the column;
+    the number of columns that have them."""
+    if got[0] == "error":
+        return 0
+    kept = 0
+    for c in CODED_KEYS:
+        codes = text_codes(got[1], c)
+        if codes is not None:
+            want_codes, want_uniq = pd.factorize(got[1][c], use_na_sentinel=True)
+            assert codes[0].tolist() == want_codes.tolist() and codes[1].tolist() == list(want_uniq), c
+            assert codes[1].dtype == object and not codes[0].flags.writeable
+            kept += 1
+    return kept
 
 
 def _count_native(monkeypatch) -> collections.Counter:
@@ -86,7 +102,10 @@ def test_every_shared_trace_decodes_natively_to_the_same_table(monkeypatch, min_
     assert len(files) > 30 and any(str(f).startswith(str(TRACES)) for f in files)
     counts = _count_native(monkeypatch)
     for f in files:
-        _same(_decode(f, monkeypatch, True, min_bytes=min_bytes), _decode(f, monkeypatch, False, min_bytes=min_bytes))
+        got = _decode(f, monkeypatch, True, min_bytes=min_bytes)
+        _same(got, _decode(f, monkeypatch, False, min_bytes=min_bytes))
+        counts["codes kept"] += _kept_codes(got)
+    assert counts["codes kept"] > 60, counts
     # the real traces never need msgspec: the fast path is the one taken
     assert counts["native"] > 30 and counts["msgspec"] == 0, counts
 
@@ -126,7 +145,9 @@ def _both_paths_same(p: Path, monkeypatch):
             monkeypatch.setattr(stream, "SPLIT_BLOCK", block)
             monkeypatch.setattr(stream, "BLOCK", block)
             monkeypatch.setattr(stream.split_table, "__defaults__", (block,))
-            _same(_decode(p, monkeypatch, True, min_bytes=min_bytes), _decode(p, monkeypatch, False, min_bytes=min_bytes))
+            got = _decode(p, monkeypatch, True, min_bytes=min_bytes)
+            _same(got, _decode(p, monkeypatch, False, min_bytes=min_bytes))
+            _kept_codes(got)
 
 
 @needs_native
@@ -189,7 +210,9 @@ def test_bad_utf8_and_corrupted_text_give_the_same_table_or_error(tmp_path, monk
         p = tmp_path / f"c{k}.json"
         p.write_bytes(b'{"schemaVersion": 1, "traceEvents": [' + body + b'], "traceName": "t"}')
         for min_bytes in (None, 0):
-            _same(_decode(p, monkeypatch, True, min_bytes=min_bytes), _decode(p, monkeypatch, False, min_bytes=min_bytes))
+            got = _decode(p, monkeypatch, True, min_bytes=min_bytes)
+            _same(got, _decode(p, monkeypatch, False, min_bytes=min_bytes))
+            _kept_codes(got)
 
 
 @needs_native
@@ -206,3 +229,31 @@ def test_columns_of_refuses_a_run_that_is_not_whole_elements():
     name = cols["name"].values()
     assert name[0] == "a}, {b" and math.isnan(name[1])  # a missing top-level key is NaN
     assert cols["ts"].tolist() == [1, 2] and not has.any()
+
+
+@needs_native
+def test_kept_name_and_category_codes_are_pandas_factorization(tmp_path, monkeypatch):
+    """Texts that appear first in other columns (a block numbers its texts in order of first
+    appearance anywhere), names missing in places, many blocks: the codes kept for the name and
+    category columns are still pd.factorize's (first appearance in the column, -1 where missing)."""
+    rng = random.Random(7)
+    texts = ["a", "b", "c", "d", "é", ""]
+    events = []
+    for i in range(400):
+        e = {"ph": "X", "ts": i, "dur": 1, "pid": rng.choice(texts), "tid": 1, "args": {"Collective name": rng.choice(texts)}}
+        if rng.random() < 0.9:
+            e["name"] = rng.choice(texts[i % 3:])
+        e["cat"] = rng.choice(texts[::-1])
+        events.append(e)
+    p = _write(tmp_path, "t.json", events)
+    kept = 0
+    for min_bytes in (None, 0):
+        for block in (64, 4096, 1 << 20):
+            monkeypatch.setattr(stream, "SPLIT_BLOCK", block)
+            monkeypatch.setattr(stream, "BLOCK", block)
+            monkeypatch.setattr(stream.split_table, "__defaults__", (block,))
+            got = _decode(p, monkeypatch, True, min_bytes=min_bytes)
+            _same(got, _decode(p, monkeypatch, False, min_bytes=min_bytes))
+            n = _kept_codes(got)  # checked at every block size
+            kept += n if block > 64 else 0  # (a block of 64 bytes may have no name: no codes kept)
+    assert kept == 8

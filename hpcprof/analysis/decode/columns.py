@@ -116,14 +116,16 @@ class _Columns:
         self.n += n
 
     @staticmethod
-    def _join(pieces: list, object_dtype: bool) -> pd.Series:
+    def _join(pieces: list, object_dtype: bool, kept: list | None = None, own: bool = False) -> pd.Series:
         """The column `_column` (or pd.Series(dtype=object)) would build from all values at once.
         Series of the arrays joined here are made with copy=False (pandas 3 copies an array given
-        to Series otherwise: 0.5 ms an object column of a 20 MB rank)."""
+        to Series otherwise: 0.5 ms an object column of a 20 MB rank). `kept`: see _coded_texts.
+        `own`: one of our args (OWN_ARGS), an object column of the values as they are, never the
+        categorical that a top-level object column (OBJECT_KEYS) made from codes is."""
         if not pieces:
             return pd.Series([], dtype=object if object_dtype else None)
-        if all(isinstance(p, TextCodes) for p in pieces):
-            col = _coded_texts(pieces, object_dtype)
+        if not own and all(isinstance(p, TextCodes) for p in pieces):
+            col = _coded_texts(pieces, object_dtype, kept)
             if col is not None:
                 return col
         pieces = [p.values() if isinstance(p, TextCodes) else p for p in pieces]
@@ -155,8 +157,9 @@ class _Columns:
 
     def table(self) -> pd.DataFrame:
         cols: dict[str, Any] = {}
+        coded: dict[str, list] = {}
         for key, pieces in self.top.items():
-            col = self._join(pieces, key in OBJECT_KEYS)
+            col = self._join(pieces, key in OBJECT_KEYS, coded.setdefault(key, []) if key in CODED_KEYS else None)
             self.top[key] = []
             if _all_missing(col) and not any(p.dtype == object and any(v is None for v in p) for p in pieces if isinstance(p, np.ndarray)):
                 continue
@@ -164,9 +167,13 @@ class _Columns:
         for name, _key, _default in HTA_ARGS:
             cols[name] = self._join(self.args.pop(name), False)
         for name, _key in OWN_ARGS:
-            cols[name] = self._join(self.args.pop(name), True)
+            cols[name] = self._join(self.args.pop(name), True, own=True)
         cols["has_args"] = pd.Series(np.concatenate(self.has_args) if self.has_args else np.empty(0, dtype=bool), dtype=bool, copy=False)
-        return pd.DataFrame(cols, copy=False)  # the columns as they are, not stacked into 2-D blocks (7 ms)
+        table = pd.DataFrame(cols, copy=False)  # the columns as they are, not stacked into 2-D blocks (7 ms)
+        for key, got in coded.items():
+            if got and key in table:
+                _keep_codes(table[key].array, *got[0])
+        return table
 
 
 class TextCodes:
@@ -189,11 +196,12 @@ class TextCodes:
         return out
 
 
-def _coded_texts(pieces: list, object_dtype: bool) -> pd.Series | None:
+def _coded_texts(pieces: list, object_dtype: bool, kept: list | None = None) -> pd.Series | None:
     """The column `_join` builds from the values of `pieces` (all TextCodes), made from the codes:
     as `_texts` does (a text column where the values repeat), or, for OBJECT_KEYS, the categorical
     `categories()` makes (categories sorted). None where those rules build the column from the
-    values themselves (then the caller does)."""
+    values themselves (then the caller does). A text column's codes and distinct texts are
+    appended to `kept` where it is a list (`text_codes`)."""
     texts = np.concatenate([p.texts for p in pieces])
     gmap, uniq = pd.factorize(texts)  # the distinct texts of all blocks (few)
     parts, off = [], 0
@@ -212,7 +220,42 @@ def _coded_texts(pieces: list, object_dtype: bool) -> pd.Series | None:
     inferred = pd.Series(list(uniq))
     if not isinstance(inferred.dtype, pd.StringDtype):
         return None
+    if kept is not None:
+        kept.append((codes, uniq))
     return pd.Series(inferred.array.take(codes, allow_fill=True))
+
+
+CODED_KEYS = ("name", "cat")
+"""The text columns whose codes the decode keeps for `text_codes` (the map factorizes these)."""
+_CODES = "_hpcprof_text_codes"
+
+
+def _keep_codes(array, codes: np.ndarray, uniq: np.ndarray) -> None:
+    """Keep on a text column's array (the object the table holds) its codes and distinct texts,
+    renumbered in order of first appearance (the block decode numbers the texts in order of first
+    appearance anywhere in a block, in any column), read-only: 0.2 ms a column of a 20 MB rank."""
+    first = np.full(len(uniq) + 1, len(codes), dtype=np.intp)
+    np.minimum.at(first, codes + 1, np.arange(len(codes)))
+    order = np.argsort(first[1:], kind="stable")
+    new = np.empty(len(uniq) + 1, dtype=np.intp)
+    new[0] = -1
+    new[1 + order] = np.arange(len(uniq))
+    codes = new[codes + 1]
+    codes.flags.writeable = False
+    try:
+        setattr(array, _CODES, (codes, np.asarray(uniq, dtype=object)[order]))
+    except AttributeError:  # an array type that takes no attributes: text_codes gives None
+        pass
+
+
+def text_codes(table: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(codes, distinct texts) of text column `col` (CODED_KEYS) of an event table as the block
+    decode returned it, before any change to that column: what pd.factorize(table[col],
+    use_na_sentinel=True) gives (codes, read-only, in order of first appearance, -1 where missing;
+    the texts as an object array), kept from the native decode's codes, not factorized again
+    (about 1.3 ms a column of a 20 MB rank). None where the column was not built from codes
+    (no extension, or a value that is not a text)."""
+    return getattr(table[col].array, _CODES, None) if col in table else None
 
 
 def _all_missing(col: pd.Series) -> bool:
@@ -228,8 +271,14 @@ def _texts(values: np.ndarray) -> pd.Series:
     values where they are all texts (or missing): the text column is made from the few distinct
     texts and their codes, not from one Python string per event. Values that are not all texts
     (infer_dtype stops at the first other one) are not factorized: pid and tid, ints and texts,
-    3 ms each of a 20 MB rank."""
-    if pd.api.types.infer_dtype(values, skipna=True) != "string":
+    3 ms each of a 20 MB rank. Values of mixed types ("mixed", "mixed-integer": ints and texts,
+    lists) become an object column as they are: pandas infers object for every such mix of JSON
+    values (tests/analysis/test_event_columns.py), and the list of every value and the inference
+    over it cost about 1.5 ms a column (pid, tid, Input Dims, Input type) of a 20 MB rank."""
+    kind = pd.api.types.infer_dtype(values, skipna=True)
+    if kind in ("mixed", "mixed-integer"):
+        return pd.Series(values, dtype=object, copy=False)
+    if kind != "string":
         return pd.Series(values.tolist())
     try:
         codes, uniq = pd.factorize(values, use_na_sentinel=True)
