@@ -29,8 +29,10 @@ from .throughput import throughput
 
 
 @dataclass
-class Reduced:
-    """Everything the outputs need from the reduce."""
+class RankNumbers:
+    """The part of the reduce known before the matching and the what-if replay: what the charts of
+    per-rank numbers need (reduce_ranks' `on_ranks`). In a Reduced, `per_rank` also has the columns
+    the what-if adds (whatif_cost_ms_per_step, comm_*)."""
 
     metas: dict[int, dict]
     """Rank -> meta.json of its parse-cache entry."""
@@ -41,11 +43,19 @@ class Reduced:
     steps: StepTimes
     per_rank: pd.DataFrame
     kernel_breakdown: pd.DataFrame
+    idle: pd.DataFrame
+    """HTA's idle-time breakdown per rank and stream."""
+    throughput_steps: pd.DataFrame | None
+    """Every step record with its phase and samples/s (tables/throughput_steps); None without step records."""
+
+
+@dataclass
+class Reduced(RankNumbers):
+    """Everything the outputs need from the reduce."""
+
     kernels_top: pd.DataFrame
     kernels_all: pd.DataFrame
     kernels_across_ranks: pd.DataFrame
-    idle: pd.DataFrame
-    """HTA's idle-time breakdown per rank and stream."""
     collectives: pd.DataFrame
     """Per matched collective across ranks: who arrived last, skew, transfer (reduce.whatif)."""
     waits_per_step: pd.DataFrame
@@ -59,30 +69,11 @@ class Reduced:
     """The what-if replay: per-step replay error, straggler slowdown, per-rank costs, matching."""
     throughput: dict | None = None
     """summary.json `throughput` (reduce.throughput): samples/s over steady-state steps; None without step records."""
-    throughput_steps: pd.DataFrame | None = None
-    """Every step record with its phase and samples/s (tables/throughput_steps)."""
     communication: dict | None = None
     """summary.json `communication` (reduce.communication): HTA's and our communication share, the
     kernels we count that HTA does not, transfer and waiting in the collectives."""
     critical_path: CriticalPath | None = None
     """The cross-rank critical path of each profiled step (reduce.critical_path)."""
-
-
-@dataclass
-class RankNumbers:
-    """The part of the reduce known before the matching and the what-if replay: what the charts of
-    per-rank numbers need (reduce_ranks' `on_ranks`). Its fields are Reduced's of the same names;
-    `per_rank` lacks the columns the what-if adds (whatif_cost_ms_per_step, comm_*)."""
-
-    metas: dict[int, dict]
-    nodes: dict[int, str | None]
-    device: str
-    steps_trace: pd.DataFrame
-    steps: StepTimes
-    per_rank: pd.DataFrame
-    kernel_breakdown: pd.DataFrame
-    idle: pd.DataFrame
-    throughput_steps: pd.DataFrame | None
 
 
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
