@@ -50,7 +50,6 @@ from typing import Callable, Sequence
 import msgspec
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from ..progress import rank_bar
 from ..reduce.clocks import ClockAlignment
