@@ -204,10 +204,8 @@ def _correlation_to_index(df: pd.DataFrame, symbols) -> pd.DataFrame:
     if corr.dtype.kind != "i" or idx.dtype.kind != "i" or idx.dtype.itemsize > corr.dtype.itemsize \
             or not np.array_equal(idx, df.index.to_numpy()):
         return transform_correlation_to_index(df, symbols)
-    ids = symbols.get_sym_id_map()
-    sync = [ids.get("Event Sync", -1), ids.get("Context Sync", -1)]
     linked = corr != -1
-    on_gpu = ((df["stream"].to_numpy() >= 0) & (corr >= 0)) | np.isin(df["name"].to_numpy(), sync)
+    on_gpu = _gpu_rows(df, corr, symbols.get_sym_id_map())
     out = np.minimum(corr, 0).astype(np.int64)
     gpu, cpu = np.flatnonzero(linked & on_gpu), np.flatnonzero(linked & ~on_gpu)
     for dst, src in ((cpu, gpu), (gpu, cpu)):
@@ -219,6 +217,13 @@ def _correlation_to_index(df: pd.DataFrame, symbols) -> pd.DataFrame:
         return transform_correlation_to_index(df, symbols)
     df["index_correlation"] = _downcast(pd.Series(out, index=df.index))
     return df
+
+
+def _gpu_rows(df: pd.DataFrame, corr: np.ndarray, ids: dict) -> np.ndarray:
+    """HTA's GPUKernelFilter on the frame's columns: a kernel (a device stream and a correlation id)
+    or a sync event (Event Sync, Context Sync by symbol id; `ids`: the symbol table's id map)."""
+    sync = [ids.get("Event Sync", -1), ids.get("Context Sync", -1)]
+    return ((df["stream"].to_numpy() >= 0) & (corr >= 0)) | np.isin(df["name"].to_numpy(), sync)
 
 
 def _last_with(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -248,7 +253,7 @@ def _traced_events(df: pd.DataFrame, symbols) -> pd.DataFrame | None:
     if len(steps) < 2 or corr.dtype.kind != "i":
         return None
     name, ts = df["name"].to_numpy(), df["ts"].to_numpy()
-    gpu = ((df["stream"].to_numpy() >= 0) & (corr >= 0)) | np.isin(name, [ids.get("Event Sync", -1), ids.get("Context Sync", -1)])
+    gpu = _gpu_rows(df, corr, ids)
     step = ~gpu & np.isin(name, steps)
     if not step.any():
         return None
