@@ -209,10 +209,13 @@ def test_text_written_into_a_kept_buffer_is_the_text_returned(calls):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_unique_inverse_is_numpys(seed):
+    """decode.native.unique_inverse (a block's object ids, a rank's timeline threads) against np.unique."""
+    from hpcprof.analysis.decode.native import unique_inverse
+
     rng = np.random.default_rng(seed)
     space = int(rng.integers(1, 5000))
     key = rng.integers(0, space, int(rng.integers(0, 3000))).astype(np.int64)
-    got, want = tr.unique_inverse(key, space), np.unique(key, return_inverse=True)
+    got, want = unique_inverse(key, space), np.unique(key, return_inverse=True)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]) and got[1].dtype == np.int64
 
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import cext
+from ..decode.native import unique_inverse
 from ..ranks.timeline_piece import is_in, window_mask
 
 ANNOT_TID = 0
@@ -103,20 +104,6 @@ def thread_ids(f: pa.Table, main_tid: str) -> tuple[dict[tuple[bool, str, str], 
             out[(g, pid_, tid_)] = (n_cpu, f"main thread ({tid_})" if tid_ == main_tid else f"thread {tid_}")
     per_key = np.array([out[k][0] for k in found], dtype=np.int64)
     return out, per_key[inv] if len(inv) else np.empty(0, dtype=np.int64)
-
-
-def unique_inverse(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(key, return_inverse=True) of non-negative integers below `space`: by marking the
-    values present rather than sorting where the space is small against the keys (a rank's threads:
-    a few dozen values for 60,000 events, 2 ms a rank sorted)."""
-    if space > 4 * key.size + 1024:
-        return np.unique(key, return_inverse=True)
-    present = np.zeros(space, dtype=bool)
-    present[key] = True
-    uniq = np.flatnonzero(present)
-    lookup = np.empty(space, dtype=np.int64)
-    lookup[uniq] = np.arange(uniq.size)
-    return uniq, lookup[key]
 
 
 @dataclass(frozen=True)
