@@ -2,12 +2,13 @@
 
 Why: numpy computes a nanmedian along an axis of fewer than 600 values through masked arrays
 (about 0.25 ms a call); the cause of a straggler (cause.window_excesses) takes one per step graph
-over all its collectives, the step graphs one per step. Here numpy's masked path is done on the plain array: the same argsort of the values with NaN filled by +inf, the two
-middle values of each column's non-NaN ones (the middle one twice when their number is odd), their
-sum (a reduction, as numpy's) halved: the same numbers bit for bit, the sign of a zero included (tests/analysis/test_medians.py
-compares them). What that path treats apart goes to np.nanmedian itself: 600 rows or more, a
-column without a value (NaN, with numpy's warning), an infinite value (ties with the fill).
-"""
+over all its collectives, the step graphs one per step. Here numpy's masked path is done on the
+plain array: the same argsort of the values with NaN filled by +inf, the two middle values of each
+column's non-NaN ones (the middle one twice when their number is odd), their sum (a reduction, as
+numpy's) halved: the same numbers bit for bit, the sign of a zero included
+(tests/analysis/test_medians.py compares them). What that path treats apart goes to np.nanmedian
+itself: 600 rows or more, a column without a value (NaN, with numpy's warning), an infinite value
+(ties with the fill)."""
 
 from __future__ import annotations
 
