@@ -51,14 +51,14 @@ def test_correlation_to_index_equals_hta(seed: int, n: int):
     pd.testing.assert_frame_equal(hta_frame._correlation_to_index(df.copy(), table), want)
 
 
-@pytest.mark.parametrize("values", [
-    [], [0], [-128, 127], [-129], [128], [-32768, 32767], [32768], [-2**31, 2**31 - 1], [2**31], [-2**63, 2**63 - 1],
+DOWNCAST_VALUES = [[], [0], [-128, 127], [-129], [128], [-32768, 32767], [32768], [-2**31, 2**31 - 1], [2**31], [-2**63, 2**63 - 1]]
+
+
+@pytest.mark.parametrize("dtype, values", [
+    (dtype, values) for dtype in (np.int64, np.int32, np.int16) for values in DOWNCAST_VALUES
+    if all(np.iinfo(dtype).min <= v <= np.iinfo(dtype).max for v in values)  # only what a column of dtype can hold
 ])
-@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int16])
 def test_downcast_equals_to_numeric(values: list, dtype):
-    info = np.iinfo(dtype)
-    if any(v < info.min or v > info.max for v in values):
-        pytest.skip("values beyond the dtype")
     col = pd.Series(np.array(values, dtype=dtype), index=np.arange(len(values)) * 3, name="c")
     pd.testing.assert_series_equal(hta_frame._downcast(col), pd.to_numeric(col, downcast="integer"))
 
