@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         data = BigramText(args.vocab, args.seq, size=64 * args.batch * run.world_size)
         loader = DataLoader(data, batch_size=args.batch, num_workers=args.workers, drop_last=True,
                             sampler=DistributedSampler(data, run.world_size, run.rank, seed=0, drop_last=True))
-        for tokens in run.steps(loader):  # hpcprof: one record per step on every rank, drills, profiler
+        for tokens in run.steps(loader, total=run.total_steps):  # hpcprof: --train-steps steps, one record per step on every rank, drills, profiler
             with run.region("copy"):  # hpcprof: regions (copy, forward, backward, optimizer are known)
                 tokens = tokens.to(run.device, non_blocking=True)
             with run.region("forward"):

@@ -1,12 +1,14 @@
 """hpcprof: launch, profile every rank, analyse across ranks, report.
 
 Entry points (thin CLIs over the library functions below):
-  python -m hpcprof.submit   launch training (the built-in ResNet, or --entry/--script: your own code)
-                             with a profiler trace and a step record per rank
+  python -m hpcprof.submit   launch training (the built-in ResNet, or --entry/--script: your own code,
+                             unchanged) with a profiler trace and a step record per rank
+  python -m hpcprof.wrap     the same for your own launcher: torchrun ... -m hpcprof.wrap train.py ARGS
   python -m hpcprof.sbatch   render an sbatch template from the same job spec
   python -m hpcprof.analyze  analyse a run directory (or any folder of Kineto traces)
 
-In your own training code (needs torch only):
+A script needs no change (zero-change mode: one step per optimizer step). For more (regions, the
+batch size, requeue with your state), in your training code (needs torch only):
 
     import hpcprof
 
@@ -15,19 +17,25 @@ In your own training code (needs torch only):
             with run.region("forward"):
                 ...
 
-See hpcprof.rank.session for the whole API.
+or ``run = hpcprof.start(batch_size=32)`` at module level. See hpcprof.rank.api and
+hpcprof.rank.session for the whole API.
 """
+
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-
-def run(batch_size=None, **kwargs):
-    """This rank's profiling session for a training loop: ``with hpcprof.run(batch_size=B) as run:``.
-    See :func:`hpcprof.rank.session.run` (arguments) and :class:`hpcprof.rank.session.Run` (the
-    step loop: ``run.steps(loader)``, ``run.step()``, ``run.region(name)``, ``run.checkpoint(...)``)."""
-    from .rank.session import run as _run
-
-    return _run(batch_size, **kwargs)
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names below load on first use
+    from .rank.api import run, start
 
 
-__all__ = ["__version__", "run"]
+def __getattr__(name):
+    # hpcprof.run / hpcprof.start import torch: only when used, so that `import hpcprof` stays light
+    if name in ("run", "start"):
+        from .rank import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'hpcprof' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "run", "start"]

@@ -96,7 +96,7 @@ USER_SCRIPT = textwrap.dedent('''
 
         run.checkpoint(State())
         batches = [(torch.randn(16, 64), torch.randint(0, 10, (16,))) for _ in range(6)]
-        for x, y in run.steps(batches):
+        for x, y in run.steps(batches, total=run.total_steps):  # the launch's --train-steps, over several passes
             with run.region("copy"):
                 x, y = x.to(run.device), y.to(run.device)
             with run.region("forward"):

@@ -134,3 +134,19 @@ class ControlChannel:
         for like any boundary. A rank that read a preemption only now agrees on `step`: the others then
         run up to it, that is to the end."""
         self._read(step, block=True)
+
+
+class NoRounds:
+    """Stands in for :class:`ControlChannel` where nothing needs the ranks to agree during the run
+    (zero-change mode without triggered capture: no preemption handling, hpcprof.rank.auto): no
+    round is issued, so nothing of hpcprof's runs on the job's groups between set-up and the end."""
+
+    original_handler = None
+    agreements = 0
+    agree_s = 0.0
+
+    def poll(self, step: int) -> bool:
+        return False
+
+    def drain(self, step: int) -> None:
+        return None

@@ -27,25 +27,39 @@ LOG_HINT_VAR = "HPCPROF_LOG_HINT"
 def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> Any:
     """Run the spec's workload on this rank (the built-in trainer or the user's code, which find the
     spec and the run directory through hpcprof.rank.session.LAUNCH); returns what it returns.
-    `log`: this rank's log file, named in the failure note. An error outside the step loop's session
-    (user code failing before ``hpcprof.run()``, say) gets its failure note here."""
+    `log`: this rank's log file, named in the failure note. User code starts with the environment
+    torchrun gives (hpcprof.rank.env.export_launch_env) and in zero-change mode (hpcprof.rank.auto),
+    which steps back when the code opens its own session with hpcprof.run(). An error outside the
+    step loop's session (user code failing before its first step, say) gets its failure note here."""
     from . import session
-    from .env import detect_rank_env
+    from .env import detect_rank_env, export_launch_env
     from .failures import FailureContext
     from .workload import run_workload
 
     run = RunDir(run_root)
     run.ensure_layout()
     session.LAUNCH = session.LaunchContext(spec, str(run.root), log)
+    watcher = None
     try:
-        return run_workload(spec)
-    except (SystemExit, KeyboardInterrupt):
-        raise
+        if not spec.workload.builtin:
+            from .auto import install
+
+            export_launch_env(detect_rank_env())
+            watcher = install(spec, str(run.root), log, launched=True)
+        result = run_workload(spec)
     except BaseException as exc:
-        if not FailureContext.was_recorded(exc):
+        if watcher is not None:
+            watcher.close(exc)
+        if isinstance(exc, SystemExit) and exc.code in (0, None) and not spec.workload.builtin:
+            return None  # the script's own sys.exit(0): a clean end
+        if not isinstance(exc, (SystemExit, KeyboardInterrupt)) and not FailureContext.was_recorded(exc):
             renv = detect_rank_env()
             FailureContext(run, renv.rank, renv.node, log).record(exc)
         raise
+    else:
+        if watcher is not None:
+            watcher.close(None)
+        return result
     finally:
         session.LAUNCH = None
 

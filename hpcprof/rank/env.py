@@ -67,6 +67,38 @@ class RankEnv:
         )
 
 
+LAUNCHER_VAR = "HPCPROF_LAUNCHER"
+"""The launcher hpcprof found, kept in the environment it exports (:func:`export_launch_env`): the
+torchrun variables it adds must not make a later detection in the same process say "torchrun"."""
+
+
+def export_launch_env(renv: RankEnv) -> dict[str, str]:
+    """Give this process (and what it starts) the environment ``torchrun`` gives its workers, so that a
+    script that reads RANK / LOCAL_RANK / WORLD_SIZE at import time and calls
+    ``init_process_group()`` itself runs as it does under torchrun: RANK, LOCAL_RANK, WORLD_SIZE,
+    LOCAL_WORLD_SIZE, GROUP_RANK (the node's index), GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE,
+    ROLE_NAME, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID (the job id), TORCHELASTIC_RESTART_COUNT
+    and TORCHELASTIC_MAX_RESTARTS (frameworks such as Lightning recognise a torchrun launch by
+    them). TORCHELASTIC_USE_AGENT_STORE is False: rank 0 hosts the rendezvous store (there is no
+    torchrun agent). Under torchrun itself nothing is changed: its agent's variables (and its store)
+    are the job's. Returns what was set."""
+    if renv.launcher == "torchrun":
+        return {}
+    per_node = max(renv.local_world_size, 1)
+    values = {
+        "RANK": renv.rank, "LOCAL_RANK": renv.local_rank, "WORLD_SIZE": renv.world_size,
+        "LOCAL_WORLD_SIZE": per_node, "GROUP_RANK": renv.rank // per_node,
+        "GROUP_WORLD_SIZE": max(renv.world_size // per_node, 1), "ROLE_RANK": renv.rank,
+        "ROLE_WORLD_SIZE": renv.world_size, "ROLE_NAME": "default", "MASTER_ADDR": renv.master_addr,
+        "MASTER_PORT": renv.master_port, "TORCHELASTIC_RUN_ID": renv.job_id or "hpcprof",
+        "TORCHELASTIC_RESTART_COUNT": os.environ.get("SLURM_RESTART_COUNT") or 0,
+        "TORCHELASTIC_MAX_RESTARTS": 0, "TORCHELASTIC_USE_AGENT_STORE": "False", LAUNCHER_VAR: renv.launcher,
+    }
+    exported = {k: str(v) for k, v in values.items()}
+    os.environ.update(exported)
+    return exported
+
+
 def slurm_vars() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith("SLURM_")}
 
@@ -135,7 +167,7 @@ def detect_rank_env() -> RankEnv:
             local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)),
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=int(env.get("MASTER_PORT", 29500)),
-            launcher="torchrun",
+            launcher=env.get(LAUNCHER_VAR) or "torchrun",
             job_id=env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID"),
             slurm=slurm_vars(),
         )

@@ -95,6 +95,14 @@ class FailureContext:
         """Whether a note was written for this exception already (by the step loop's session)."""
         return bool(getattr(exc, "__hpcprof_noted__", False))
 
+    def record_as(self, exc: BaseException, noted: BaseException) -> None:
+        """`exc` is told by the note written for `noted` (a clearer error standing in for it)."""
+        if self.was_recorded(noted):
+            try:
+                exc.__hpcprof_noted__ = True  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
+
     def record(self, exc: BaseException) -> None:
         """Write the note (once per exception); a failure to write it never hides the original error."""
         if self.was_recorded(exc):

@@ -4,6 +4,7 @@ equal to the job's global step numbers (also after a requeue)."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -79,6 +80,11 @@ class RankProfiler:
         self.prof.step_num = start_step
         self.prof.current_action = self._schedule(start_step)
 
+    @property
+    def step_num(self) -> int:
+        """The step the profiler is in (the job's global step number)."""
+        return self.prof.step_num
+
     def _cycle_of(self, step: int) -> int:
         period = self.cfg.wait + self.cfg.warmup + self.cfg.active
         return step // period
@@ -115,6 +121,73 @@ class RankProfiler:
 
     def step(self) -> None:
         self.prof.step()
+
+
+class GuardedProfiler:
+    """hpcprof's profiler, stepping aside when the training code runs a torch.profiler of its own.
+
+    Two torch profilers cannot record on one thread: the second to start fails with "Profiler is
+    already enabled on this thread". When hpcprof's window starts while the script's own profiler
+    records (or the script's starts first), hpcprof's profiler is dropped for the rest of the run,
+    with one line on the rank's console, and never touched again (stopping or exporting a profiler
+    whose start failed is what crashed before); step records, drills and the rest go on. A script
+    whose profiler starts while hpcprof's window records fails in its own ``start()``, as it would
+    beside any other profiler: set ``--no-profiler-enabled`` (profiler.enabled = false) for such
+    scripts, or let hpcprof's window fall elsewhere."""
+
+    ASIDE = "Profiler is already enabled"
+
+    def __init__(self, inner, rank: int):
+        self.inner = inner
+        self.rank = rank
+        self.aside_at: int | None = None
+        """The step at which hpcprof's trace stepped aside (None: it did not)."""
+
+    @property
+    def export_s(self) -> float:
+        return self.inner.export_s
+
+    @property
+    def prof(self):
+        """The torch.profiler.profile object (None when profiling is off or stepped aside)."""
+        return getattr(self.inner, "prof", None) if self.aside_at is None else None
+
+    def is_active_step(self, step: int) -> bool:
+        return self.aside_at is None and self.inner.is_active_step(step)
+
+    def _guard(self, call, *args):
+        if self.aside_at is not None:
+            return False
+        try:
+            return call(*args)
+        except RuntimeError as exc:
+            if self.ASIDE not in str(exc):
+                raise
+            self.aside_at = getattr(self.inner, "step_num", None)
+            print(f"hpcprof: rank {self.rank}: another torch.profiler is running in this process (the training "
+                  f"code's own); hpcprof's trace steps aside from step {self.aside_at} (step records go on)",
+                  file=sys.stderr, flush=True)
+            null = NullProfiler()
+            null.step_num = self.aside_at or 0
+            null.export_s = self.inner.export_s
+            self.inner = null
+            return False
+
+    def __enter__(self):
+        self._guard(self.inner.__enter__)
+        return self
+
+    def __exit__(self, *exc):
+        return self._guard(self.inner.__exit__, *exc)
+
+    def step(self) -> None:
+        self._guard(self.inner.step)
+
+
+def guarded_profiler(cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int,
+                     clock_skew_ms: float = 0.0, captures=None) -> GuardedProfiler:
+    """:func:`make_profiler` behind a :class:`GuardedProfiler`."""
+    return GuardedProfiler(make_profiler(cfg, run, rank, use_cuda, start_step, clock_skew_ms, captures), rank)
 
 
 def make_profiler(cfg: Profiler, run: RunDir, rank: int, use_cuda: bool, start_step: int, clock_skew_ms: float = 0.0,

@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .data import BatchSource
 from .device import amp_plan
 from .model import build_model
-from .session import run as hpcprof_run
+from .api import run as hpcprof_run
 
 
 class ResNetState:
@@ -38,7 +38,9 @@ def train() -> dict[str, Any]:
     """Train the spec's ResNet on this rank; returns a small outcome (rank, node, steps, loop time)."""
     import time
 
-    with hpcprof_run() as run:
+    session = hpcprof_run()
+    session.steps_source = "builtin"
+    with session as run:
         spec, device = run.spec, run.device
         run.batch_size = spec.data.batch_size
         torch.manual_seed(spec.train.seed)
@@ -57,7 +59,7 @@ def train() -> dict[str, Any]:
         source = BatchSource(spec.data, spec.model, device, run.rank, run.world_size, spec.train.seed)
         run.checkpoint(ResNetState(model, optimizer, scaler, source))
         loop_start = time.perf_counter()
-        for batch in run.steps(source):
+        for batch in run.steps(source, total=spec.train.steps):
             run.epoch = source.epoch
             with run.region("copy"):
                 x, y = source.to_device(batch)

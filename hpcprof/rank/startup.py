@@ -1,7 +1,16 @@
-"""A rank's start-up, before its first step: who it is (launcher variables), its device, the process
-group and the two CPU control groups, the run directory (named by rank 0 and broadcast when no
-launcher said), its failure context, and the clocks and rank entries rank 0 records in the manifest
-with this attempt. Used by the step-loop session (hpcprof.rank.session.Run.__enter__).
+"""A rank's start-up, in two phases.
+
+:func:`prepare_rank` (no communication): who the rank is (launcher variables), its device, its cores.
+:func:`connect_rank` (collective: every rank calls it at the same point of the job): the process group
+(the script's own when it made one, else hpcprof's), the two CPU control groups, the run directory
+(named by rank 0 and broadcast when no launcher said), the failure context, and the clocks and rank
+entries rank 0 records in the manifest with this attempt.
+
+Why two phases: a script creates its own process group (``init_process_group``) somewhere after it
+starts. hpcprof connects only when the step loop needs it (its first step, or a run-directory path
+asked for before), so a script that creates its group after ``hpcprof.run()`` / ``hpcprof.start()``
+keeps working, and in zero-change mode (hpcprof.rank.auto) hpcprof connects at the first optimizer
+step, a point every rank of a data-parallel job passes.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..rundir import RunDir
+from ..rundir import RunDir, RunDirError
 from ..rundir.manifest import Clock, RankEntry, record_attempt
 from ..spec import JobSpec
 from .device import choose_device, gpus_requested, nccl_environment
@@ -26,10 +35,24 @@ from .env import (RankEnv, collect_versions, cpu_threads, detect_rank_env, devic
                   pin_to_own_cores)
 from .failures import FailureContext
 
+PG_HPCPROF, PG_SCRIPT, PG_NONE = "hpcprof", "script", "none"
+"""Who made the default process group (the manifest attempt's `process_group`)."""
+
+
+@dataclass
+class PreparedRank:
+    """What :func:`prepare_rank` found (no communication needed)."""
+
+    renv: RankEnv
+    device: torch.device
+    node_cpus: int
+    pinned: list[int] | None
+    """The cores this rank was pinned to (CPU ranks under an hpcprof launcher), or None."""
+
 
 @dataclass
 class StartedRank:
-    """What :func:`start_rank` set up."""
+    """What :func:`connect_rank` set up."""
 
     renv: RankEnv
     device: torch.device
@@ -40,26 +63,31 @@ class StartedRank:
     """gloo group for the control channel's agreements."""
     owns_pg: bool
     """hpcprof initialised the default process group (and destroys it at a clean end)."""
+    process_group: str
+    """PG_HPCPROF, PG_SCRIPT or PG_NONE (see the manifest's Attempt.process_group)."""
     run: RunDir
     failure: FailureContext
     entries: list[RankEntry]
     """Every rank's entry (clock after a common barrier, device, pid, ...)."""
     node_cpus: int
 
-    def record_attempt(self, spec: JobSpec, resumed_from_step: int | None) -> None:
+    def record_attempt(self, spec: JobSpec, resumed_from_step: int | None, steps_source: str) -> None:
         """Rank 0: spec.toml if no launcher wrote it, and this attempt in the manifest."""
         if not self.run.spec_path.exists():
             self.run.write_spec(spec)
         record_attempt(self.run, spec, world_size=self.renv.world_size, launcher=self.renv.launcher,
                        job_id=self.renv.job_id, backend=self.backend, device=self.device.type,
-                       versions=collect_versions(), ranks=self.entries, resumed_from_step=resumed_from_step)
+                       versions=collect_versions(), ranks=self.entries, resumed_from_step=resumed_from_step,
+                       process_group=self.process_group, steps_source=steps_source)
 
 
-def start_rank(spec: JobSpec, run_root: str | None, log: str | None, launched: bool) -> StartedRank:
-    """Set this rank up (see the module docstring). `run_root`: the run directory a launcher gave,
-    None to agree on one; `launched`: an hpcprof launcher started this process (CPU ranks are then
-    pinned to their own cores and get cpus_per_task threads; a user's own launcher keeps its
-    settings)."""
+_said_pinned: list[bool] = []  # the pinning line is said once per process
+
+
+def prepare_rank(spec: JobSpec, launched: bool) -> PreparedRank:
+    """Who this rank is and what it runs on. `launched`: an hpcprof launcher started this process (CPU
+    ranks are then pinned to their own cores, said once on rank 0's console, and get cpus_per_task
+    threads; a user's own launcher keeps its settings)."""
     renv = detect_rank_env()
     requested = gpus_requested(os.environ, spec.resources.gpus_per_node)
     available = torch.cuda.is_available()
@@ -70,31 +98,47 @@ def start_rank(spec: JobSpec, run_root: str | None, log: str | None, launched: b
     device = torch.device(kind, index) if index is not None else torch.device(kind)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
     cpus = node_cpus()  # before pinning narrows this process's affinity
+    pinned = None
     if device.type == "cpu" and launched:
-        pin_to_own_cores(renv)
+        if spec.resources.pin_cores:
+            pinned = pin_to_own_cores(renv)
+            if pinned is not None and renv.rank == 0 and not _said_pinned:
+                print(f"hpcprof: CPU ranks pinned to their own cores (rank 0: cores {pinned}); "
+                      "--no-pin-cores keeps the scheduler's placement", file=sys.stderr, flush=True)
+                _said_pinned.append(True)
         torch.set_num_threads(cpu_threads(spec.resources.cpus_per_task, renv))
+    return PreparedRank(renv, device, cpus, pinned)
+
+
+def connect_rank(prep: PreparedRank, spec: JobSpec, run_root: str | None, log: str | None) -> StartedRank:
+    """Join the job (collective; see the module docstring). `run_root`: the run directory a launcher
+    gave, None to agree on one."""
+    renv, device = prep.renv, prep.device
     owns_pg = False
     if dist.is_initialized():
         backend = dist.get_backend()
+        made_by = PG_SCRIPT
     else:
+        backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda" and run_root:
             _nccl_env(run_root)
         init_process_group(renv, backend, spec.train.pg_timeout_s, device)
         owns_pg = True
+        made_by = PG_HPCPROF
     # Small CPU-side groups for control messages (preemption, triggered profiling, the final barrier):
     # they never queue behind NCCL kernels, and they have the job's timeout, not gloo's 30 min.
     timeout = datetime.timedelta(seconds=spec.train.pg_timeout_s)
     ctrl_group = dist.new_group(backend="gloo", timeout=timeout)
     agree_group = dist.new_group(backend="gloo", timeout=timeout)
-    run = RunDir(run_root) if run_root else _agree_run_dir(spec, ctrl_group)
+    run = RunDir(run_root) if run_root else agree_run_dir(spec, renv, ctrl_group)
     if device.type == "cuda" and not run_root:
         _nccl_env(str(run.root))  # before the first NCCL communicator exists (created lazily)
     run.ensure_layout()
     failure = FailureContext(run, renv.rank, renv.node, FailureContext.log_for_rank(log, renv.rank))
-    entries = _gather_rank_entries(renv, device, cpus, ctrl_group)
-    return StartedRank(renv, device, backend, ctrl_group, agree_group, owns_pg, run, failure, entries, cpus)
+    entries = _gather_rank_entries(renv, device, prep.node_cpus, ctrl_group)
+    return StartedRank(renv, device, backend, ctrl_group, agree_group, owns_pg, made_by, run, failure, entries,
+                       prep.node_cpus)
 
 
 def _nccl_env(root: str) -> None:
@@ -104,18 +148,73 @@ def _nccl_env(root: str) -> None:
     os.environ.update(extra)
 
 
-def _agree_run_dir(spec: JobSpec, group) -> RunDir:
-    """No launcher said where the run goes: rank 0 names it, every rank gets the name."""
-    name = spec.name
-    if not name:
-        label = spec.workload.label if not spec.workload.builtin else script_label()
-        job = os.environ.get("SLURM_JOB_ID")
-        name = f"{label}-job{job}" if job else f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
-        name = re.sub(r"[^A-Za-z0-9._-]", "_", name)
-    box = [name]
+def agree_run_dir(spec: JobSpec, renv: RankEnv, group) -> RunDir:
+    """No launcher said where the run goes: rank 0 chooses (:func:`choose_run_dir`), every rank gets
+    the answer, and every rank raises the same one-line RunDirError when rank 0 refused."""
+    box: list[Any] = [None]
+    if renv.rank == 0:
+        try:
+            box[0] = ("ok", str(choose_run_dir(spec, renv.job_id if renv.launcher != "torchrun" or
+                                               os.environ.get("SLURM_JOB_ID") else None).root))
+        except RunDirError as exc:
+            box[0] = ("error", str(exc))
     dist.broadcast_object_list(box, src=0, group=group)
-    spec.name = box[0]
-    return RunDir.for_spec(spec, box[0])
+    kind, text = box[0]
+    if kind == "error":
+        raise RunDirError(text)
+    spec.name = Path(text).name
+    return RunDir(text)
+
+
+def choose_run_dir(spec: JobSpec, job_id: str | None) -> RunDir:
+    """Rank 0: the run directory of a job no hpcprof launcher started, created here so that no other
+    job can take it.
+
+    - A directory that holds a run of this same SLURM job (its manifest's job_id) is this job's own
+      directory after a requeue: it is resumed.
+    - With an explicit name (``hpcprof.run(name=...)``, ``--name``) any other existing run is refused in
+      one line: nothing of an earlier run is changed.
+    - Without one, the name is ``<script>-job<SLURM_JOB_ID>`` under SLURM, else
+      ``<script>-<date>-<time>``; when that is taken (two jobs started in the same second), ``-2``,
+      ``-3``... is added."""
+    explicit = bool(spec.name)
+    if explicit:
+        base = spec.name
+    else:
+        label = spec.workload.label if not spec.workload.builtin else script_label()
+        base = f"{label}-job{job_id}" if job_id else f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+        base = re.sub(r"[^A-Za-z0-9._-]", "_", base)[:200]
+    root = Path(spec.runs_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(f"runs directory {root}: cannot be created ({exc.strerror or exc})") from None
+    if not root.is_dir():
+        raise RunDirError(f"runs directory {root}: not a directory")
+    for k in range(1, 1000):
+        name = base if k == 1 else f"{base}-{k}"
+        run = RunDir.for_spec(spec, name)
+        try:
+            run.root.mkdir()
+            return run
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise RunDirError(f"run directory {run.root}: cannot be created ({exc.strerror or exc})") from None
+        if job_id and _job_of(run) == str(job_id):
+            return run  # this job's own directory: a requeue resumes it
+        if explicit:
+            raise RunDirError(f"run directory {run.root} already holds another run; choose another name "
+                              "(hpcprof.run(name=...) / --name) or remove it")
+    raise RunDirError(f"runs directory {root}: no free name for {base!r}")
+
+
+def _job_of(run: RunDir) -> str | None:
+    try:
+        job = run.read_manifest().get("job_id")
+    except (RunDirError, OSError, ValueError):
+        return None
+    return str(job) if job is not None else None
 
 
 def _gather_rank_entries(renv: RankEnv, device: torch.device, cpus: int, group) -> list[RankEntry]:

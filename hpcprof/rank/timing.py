@@ -61,6 +61,12 @@ class StepTimer:
         self.t0 = time.perf_counter()
         return self.t0
 
+    def backdate(self, t0: float) -> float:
+        """The open step really began at host time `t0` (earlier than :meth:`begin`: zero-change mode's
+        first step, whose start is seen before the job is joined). Returns it."""
+        self.t0 = min(t0, self.t0)
+        return self.t0
+
     def end(self) -> float:
         """The step's work is issued: the host end, and the GPU boundary closing the step."""
         t1 = time.perf_counter()

@@ -184,6 +184,18 @@ class Attempt:
     resumed_from_step: int | None
     """The checkpoint's step + 1, None for a fresh start."""
     job_id: str | None
+    process_group: str | None = None
+    """Who made the job's default process group: "hpcprof", "script" (the training code's own
+    init_process_group) or "none" (more than one rank, and the code never made one: the ranks
+    trained alone). None: unknown (older runs)."""
+    steps_source: str | None = None
+    """What a step is: "api" (the step loop of hpcprof.run(): run.steps()/run.step()), "optimizer"
+    (zero-change mode: one step per optimizer step, hpcprof.rank.auto), "builtin" (the built-in
+    trainer). None: older runs."""
+    steps_done: int | None = None
+    """The job's step count when this attempt's step loop ended cleanly (its last global step + 1: the
+    script's own loop length, as it happened), written by rank 0; None while it runs or when it did
+    not end cleanly."""
 
 
 @dataclass
@@ -397,7 +409,8 @@ def record_job_id(run: RunDir, job_id: str) -> Manifest:
 
 
 def record_attempt(run: RunDir, spec, *, world_size: int, launcher: str, job_id: str | None, backend: str,
-                   device: str, versions: Versions, ranks: list[RankEntry], resumed_from_step: int | None) -> Manifest:
+                   device: str, versions: Versions, ranks: list[RankEntry], resumed_from_step: int | None,
+                   process_group: str | None = None, steps_source: str | None = None) -> Manifest:
     """Rank 0, at every start: what this attempt found, and one more :class:`Attempt`.
 
     Without a manifest (ranks started by hand with torchrun and no launcher) the launch fields are
@@ -413,7 +426,18 @@ def record_attempt(run: RunDir, spec, *, world_size: int, launcher: str, job_id:
     manifest.device = device
     manifest.versions = versions
     manifest.ranks = ranks
-    manifest.attempts.append(Attempt(started=now_iso(), resumed_from_step=resumed_from_step, job_id=job_id))
+    manifest.attempts.append(Attempt(started=now_iso(), resumed_from_step=resumed_from_step, job_id=job_id,
+                                     process_group=process_group, steps_source=steps_source))
+    write(run, manifest)
+    return manifest
+
+
+def record_steps_done(run: RunDir, steps_done: int) -> Manifest | None:
+    """Rank 0, at a clean end of the step loop: the steps the latest attempt ran (re-read first)."""
+    manifest = load(run)
+    if manifest is None or not manifest.attempts:
+        return manifest
+    manifest.attempts[-1].steps_done = int(steps_done)
     write(run, manifest)
     return manifest
 

@@ -198,6 +198,24 @@ def _live(manifest: dict, newest: float | None, step_s: float | None) -> str | N
     return None
 
 
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def planned_steps(manifest: dict, spec: dict) -> int | None:
+    """The steps the job runs: the count rank 0 recorded at a clean end of the latest attempt
+    (Attempt.steps_done: the script's own loop length); else, for the built-in trainer and runs of
+    older versions, train.steps; None for user code still running (its loop decides)."""
+    attempts = manifest.get("attempts") if isinstance(manifest.get("attempts"), list) else []
+    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    if _count(last.get("steps_done")):
+        return last["steps_done"]
+    if last.get("steps_source") in ("api", "optimizer"):
+        return None
+    train = spec.get("train") if isinstance(spec.get("train"), dict) else {}
+    return _count(train.get("steps"))
+
+
 def run_state(path: str | os.PathLike) -> RunState:
     """The state of the run in `path` (a run directory; anything else is "unknown")."""
     run = RunDir(path)
@@ -210,8 +228,7 @@ def run_state(path: str | os.PathLike) -> RunState:
     world = manifest.get("world_size")
     world = world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else None
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
-    planned = (spec.get("train") or {}).get("steps") if isinstance(spec.get("train"), dict) else None
-    planned = planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0 else None
+    planned = planned_steps(manifest, spec)
     job_id = manifest.get("job_id")
     job_id = str(job_id) if job_id is not None else None
     outcome = manifest.get("outcome") if isinstance(manifest.get("outcome"), dict) else {}

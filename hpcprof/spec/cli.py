@@ -37,7 +37,7 @@ FLAG_ALIASES: dict[str, str] = {
 #: describe the allocation, which a rank takes from SLURM or torchrun: ``python -m hpcprof.train``
 #: accepts them (scripts rendered before keep working; they are recorded in spec.toml) but its
 #: --help does not offer them, since ``--partition`` or ``--account`` mean nothing inside a rank.
-RANK_RESOURCES = frozenset({"resources.cpus_per_task"})
+RANK_RESOURCES = frozenset({"resources.cpus_per_task", "resources.pin_cores"})
 
 
 def launch_only(dotted: str) -> bool:

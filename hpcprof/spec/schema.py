@@ -50,6 +50,10 @@ class Resources(SlurmResources):
     """Executor: "slurm" (submitit on a SLURM cluster), "local" (ranks as processes on this machine),
     "debug" (one rank inside the submitting process), or "auto": slurm when the SLURM client
     commands answer, else local."""
+    pin_cores: bool = True
+    """CPU ranks started by an hpcprof launcher outside SLURM (which binds tasks itself): each rank on
+    its own slice of the cores (said on the console). --no-pin-cores leaves the placement to the
+    scheduler, as torchrun does: step times then compare with the script's usual runs."""
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Callable
 import pandas as pd
 
 from ...rundir import RunDir
-from ...rundir.state import run_state
+from ...rundir.state import planned_steps, run_state
 from ..progress import Stages
 from ..ranks.result import RankResult, read_rank_tables
 from . import whatif
@@ -208,10 +208,12 @@ def _world_size(manifest: dict) -> int | None:
 
 
 def _planned_steps(manifest: dict) -> int | None:
-    """The spec's train.steps when known: step records beyond it are not of this run."""
-    train = ((manifest.get("spec") or {}).get("train") or {}) if isinstance(manifest, dict) else {}
-    n = train.get("steps") if isinstance(train, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    """The job's step count when known (hpcprof.rundir.state.planned_steps): step records beyond it
+    are not of this run."""
+    if not isinstance(manifest, dict):
+        return None
+    spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
+    return planned_steps(manifest, spec)
 
 
 def _profiler_warmup(manifest: dict) -> int:
