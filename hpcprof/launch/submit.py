@@ -72,6 +72,13 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print, replicate: r
     for warning in geometry_warnings(spec.resources, spec.data.num_workers, slurm=executor == "slurm"):
         print(f"hpcprof: warning: {warning}", file=sys.stderr)
     world = spec.resources.nodes * spec.resources.tasks_per_node
+    if executor == "local" and not spec.resources.gpus_per_node and world > 1:
+        log("hpcprof: CPU ranks are pinned to their own cores (step times then differ from an unpinned torchrun "
+            "run of the same script); --no-pin-cores leaves the placement to the scheduler" if spec.resources.pin_cores
+            else "hpcprof: CPU ranks are not pinned (--no-pin-cores): the scheduler places them, as torchrun does")
+    if not spec.workload.builtin:
+        log("hpcprof: your code runs with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR...); "
+            "without hpcprof.run() it is profiled in zero-change mode: one step per optimizer step")
     name = spec.name or default_run_name(spec, world)
     validate_run_name(name, "--name")
     spec.name = name

@@ -19,6 +19,11 @@ drills, failure notes, triggered capture, the run directory), through PyTorch's 
   data-parallel job passes, using the process group the script made by then (hpcprof makes one if
   there is none: the manifest then says the ranks trained alone).
 - The loop's length is the script's: the manifest records the steps that ran.
+- hpcprof's profiler takes its step at the next forward pass rather than in the optimizer's hook:
+  a script that runs its own torch.profiler calls its ``prof.step()`` before that, so where both
+  windows would open at once the script's opens first and hpcprof's steps aside with one line
+  (hpcprof.rank.profiling.GuardedProfiler); the script never fails for it. hpcprof's
+  ``ProfilerStep#`` ranges therefore start at the forward pass.
 
 What needs the API: preemption with requeue (hpcprof cannot save and restore a script's state it
 does not know; in zero-change mode SIGUSR2 is left to the script and to SLURM, said in one console
@@ -65,13 +70,20 @@ class AutoSession:
         """Prepare the rank (device, cores; no communication) and start watching."""
         global CURRENT
         self.run.__enter__()
-        self._handles = [register_module_forward_pre_hook(self._on_first_forward),
-                         register_optimizer_step_post_hook(self._on_optimizer_step)]
+        self.install_hooks()
         CURRENT = self
         if self.run.rank == 0:
             print("hpcprof: zero-change mode: one step per optimizer step; a preemption signal is left to the "
                   "script (requeue with resume needs hpcprof.run() and run.checkpoint())", file=sys.stderr, flush=True)
         return self
+
+    def install_hooks(self) -> None:
+        """The global hooks (the optimizer's; the first forward's until it has run; the model's)."""
+        self._handles = [register_optimizer_step_post_hook(self._on_optimizer_step)]
+        if self._model is None:
+            self._handles.append(register_module_forward_pre_hook(self._on_first_forward))
+        elif self._model() is not None:
+            self._model_handle = self._model().register_forward_pre_hook(self._on_model_forward, with_kwargs=True)
 
     def _unhook(self) -> None:
         global CURRENT
@@ -110,7 +122,7 @@ class AutoSession:
         if not torch.is_grad_enabled():
             return None
         self._first = (time.perf_counter(), time.time())
-        self._handles[0].remove()
+        self._handles.pop().remove()
         self._model = weakref.ref(module)
         self._model_handle = module.register_forward_pre_hook(self._on_model_forward, with_kwargs=True)
         self._on_model_forward(module, args, {})
@@ -118,6 +130,8 @@ class AutoSession:
 
     def _on_model_forward(self, module, args, kwargs):
         if torch.is_grad_enabled():
+            if self.run.step_number is not None:
+                self.run.profiler_step()
             n = _batch_of(args, kwargs)
             if n is None:
                 self._counted = False
@@ -142,7 +156,7 @@ class AutoSession:
         if r.step_number is None:  # the first optimizer step: join the job, step 0 began at the first forward
             now = (time.perf_counter(), time.time())
             r.begin_step(started=self._first or now)
-        r.end_step()
+        r.end_step(defer_profiler=True)
         r.begin_step()
 
 

@@ -312,6 +312,7 @@ class Run(StepLoop):
         self._write_tail()
         if self._step is not None:  # a step opened by begin_step and never ended: its work is done
             self.end_step()
+        self.profiler_step()
         self.timer.close(block=True)
         # the script may have destroyed every process group already (destroy_process_group at its end):
         # then there is no round to drain and no barrier to pass; nothing is lost but the wait

@@ -81,12 +81,9 @@ class StartedRank:
                        process_group=self.process_group, steps_source=steps_source)
 
 
-_said_pinned: list[bool] = []  # the pinning line is said once per process
-
-
 def prepare_rank(spec: JobSpec, launched: bool) -> PreparedRank:
     """Who this rank is and what it runs on. `launched`: an hpcprof launcher started this process (CPU
-    ranks are then pinned to their own cores, said once on rank 0's console, and get cpus_per_task
+    ranks are then pinned to their own cores unless resources.pin_cores is off, and get cpus_per_task
     threads; a user's own launcher keeps its settings)."""
     renv = detect_rank_env()
     requested = gpus_requested(os.environ, spec.resources.gpus_per_node)
@@ -101,12 +98,8 @@ def prepare_rank(spec: JobSpec, launched: bool) -> PreparedRank:
     cpus = node_cpus()  # before pinning narrows this process's affinity
     pinned = None
     if device.type == "cpu" and launched:
-        if spec.resources.pin_cores:
+        if spec.resources.pin_cores:  # said on the launcher's console (hpcprof.launch.submit)
             pinned = pin_to_own_cores(renv)
-            if pinned is not None and renv.rank == 0 and not _said_pinned:
-                print(f"hpcprof: CPU ranks pinned to their own cores (rank 0: cores {pinned}); "
-                      "--no-pin-cores keeps the scheduler's placement", file=sys.stderr, flush=True)
-                _said_pinned.append(True)
         torch.set_num_threads(cpu_threads(spec.resources.cpus_per_task, renv))
     return PreparedRank(renv, device, cpus, pinned)
 

@@ -61,11 +61,19 @@ class StepLoop:
         self._drill_s += self.drills.straggle(step, self.use_cuda)
         return step
 
-    def end_step(self) -> None:
-        """Close the open step: its record is written (on a GPU once its GPU time is known)."""
+    def end_step(self, defer_profiler: bool = False) -> None:
+        """Close the open step: its record is written (on a GPU once its GPU time is known).
+        `defer_profiler`: the profiler's step is taken later, by :meth:`profiler_step` (zero-change
+        mode takes it at the next forward pass, after the script's own ``prof.step()``)."""
         if self._step is None:
             raise HpcprofUsageError("run.end_step(): no step is open (call run.begin_step() first)")
-        self._advance(self._record())
+        self._advance(self._record(), defer_profiler)
+
+    def profiler_step(self) -> None:
+        """The profiler step deferred by ``end_step(defer_profiler=True)``, if one is pending."""
+        if getattr(self, "_profiler_pending", False):
+            self._profiler_pending = False
+            self.prof.step()
 
     def _record(self) -> StepRecord:
         """The open step's record (the step's work is issued)."""
@@ -82,14 +90,18 @@ class StepLoop:
             regions={k: v for k, v in r.items() if k not in KNOWN_REGIONS}, blocked_s=self.timer.blocked_s,
         )
 
-    def _advance(self, rec: StepRecord) -> None:
+    def _advance(self, rec: StepRecord, defer_profiler: bool = False) -> None:
         """After the step: the profiler's step (a trace is written when a window ends: timed into the
         record), then the record goes to the writer."""
         if self.trigger is not None:
             self.trigger.step_done(rec.step_s - rec.blocked_s, rec.step_s)
-        before = self.prof.export_s
-        self.prof.step()
-        rec.trace_export_s = self.prof.export_s - before
+        self.profiler_step()
+        if defer_profiler:
+            self._profiler_pending = True
+        else:
+            before = self.prof.export_s
+            self.prof.step()
+            rec.trace_export_s = self.prof.export_s - before
         self._step = None
         self._next_step = rec.step + 1
         self.timer.finish(rec)
