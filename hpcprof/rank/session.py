@@ -217,7 +217,9 @@ class Run:
     def region(self, name: str):
         """``with run.region("forward"):``: a named part of the step, traced as ``hpcprof.<name>``
         and timed in the step record. Known names: data, copy, forward, backward, optimizer (the
-        analysis breaks steps down by them); any other name is reported as a user region."""
+        analysis breaks steps down by them); any other name is reported as a user region. Regions
+        may nest: time inside a nested region counts for the innermost one only (exclusive time),
+        so the regions of a step add up to at most the step."""
         if not _REGION_RE.fullmatch(str(name)):
             raise HpcprofUsageError(f"region name {name!r}: use a letter then letters, digits, '_' or '-' (at most 64)")
         return self.timer.region(name)
