@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from hpcprof.rundir import RunDir
 
 
@@ -54,3 +56,43 @@ def test_a_region_around_other_regions_keeps_only_its_own_time_so_regions_never_
         assert r["forward_s"] >= 0.03 and r["backward_s"] >= 0.03, r  # the sleeps stay in the inner regions
         assert r["forward_s"] + r["backward_s"] + r["regions"]["train_step"] <= r["step_s"], r
         assert 0.06 <= r["blocked_s"] <= r["step_s"], r  # own time (step_s - blocked_s) is never negative
+
+
+def _last_line(proc: subprocess.CompletedProcess) -> str:
+    """The error's line, as the user reads it (torch prefixes a rank's lines with "[rank0]: ")."""
+    last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+    return last.removeprefix("[rank0]: ")
+
+
+@pytest.mark.parametrize("value", ["-4", "0", "'abc'", "float('nan')", "1e30", "True", "2.5"])
+def test_a_batch_size_that_is_not_a_count_of_samples_is_refused_in_one_line_naming_it(tmp_path, value):
+    """Issue 37 item 4: -4, 0, "abc", NaN were recorded with every step (analyze then called the
+    finished run "still running (0 of 5 steps)"), 1e30 gave 4.7e33 samples/s; a bool is not a count."""
+    proc = _python(tmp_path, f'''
+        import hpcprof
+
+        with hpcprof.run(batch_size={value}) as run:
+            for step in run.steps():
+                pass
+    ''')
+    assert proc.returncode == 1
+    assert _last_line(proc).startswith("hpcprof.rank.session.HpcprofUsageError: hpcprof.run(batch_size=...): batch_size "), proc.stderr
+    assert "whole number" in _last_line(proc)
+    assert not (tmp_path / "runs").exists()  # refused before anything was written
+
+
+def test_a_batch_size_set_to_nonsense_between_steps_stops_the_run_with_a_note_naming_it(tmp_path):
+    proc = _python(tmp_path, '''
+        import hpcprof
+
+        with hpcprof.run(batch_size=8) as run:
+            for step in run.steps():
+                if step == 3:
+                    run.batch_size = float("nan")
+    ''')
+    assert proc.returncode == 1
+    assert _last_line(proc).startswith("hpcprof.rank.session.HpcprofUsageError: run.batch_size = ...: batch_size nan"), proc.stderr
+    run = _only_run(tmp_path)
+    assert [(r["step"], r["batch_size"]) for r in run.read_steps(0)] == [(s, 8) for s in range(3)]
+    (note,) = run.read_failures()
+    assert note["step"] == 3 and "batch_size nan" in note["error"] and note["kind"] == "error"

@@ -32,6 +32,7 @@ Importable with torch alone: nothing here imports submitit or the analysis side.
 from __future__ import annotations
 
 import collections.abc
+import numbers
 import os
 import re
 import sys
@@ -78,6 +79,25 @@ class HpcprofUsageError(RuntimeError):
     """The step-loop API was used in a way it cannot work (the message says how to fix it)."""
 
 
+MAX_BATCH_SIZE = 2**31 - 1
+"""The largest batch_size taken (samples per rank per step): beyond it a value is a mistake (a
+float such as 1e30 is refused anyway), and the analysis' samples/s would be nonsense."""
+
+
+def _checked_batch_size(value: Any, where: str) -> int | None:
+    """`value` as a batch size (None stays None), or a one-line HpcprofUsageError naming `where`:
+    a bool, a float, a string, NaN, zero or a negative number would be recorded with every step and
+    turn the analysis' samples/s (and its count of finished steps) into nonsense."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= int(value) <= MAX_BATCH_SIZE:
+        return int(value)
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise HpcprofUsageError(f"{where}: batch_size {shown} ({type(value).__name__}) is not a batch size; give the "
+                            f"samples per rank per step as a whole number from 1 to {MAX_BATCH_SIZE}, or None")
+
+
 class Run:
     """One rank's session: set up on ``__enter__``, the step loop (:meth:`steps` or :meth:`step`),
     torn down on ``__exit__`` (a failure note first when the block raised). See the module docstring."""
@@ -88,8 +108,7 @@ class Run:
         self._run_root = run_root
         self._log = log
         self._launched = launched
-        self.batch_size: int | None = batch_size
-        """Samples per rank per step, recorded in every step record (settable between steps)."""
+        self._batch_size: int | None = _checked_batch_size(batch_size, "hpcprof.run(batch_size=...)")
         self.epoch = 0
         """Passes over the data so far; :meth:`steps` counts them (settable: the built-in trainer
         keeps its own), saved with a checkpoint and restored after a requeue."""
@@ -104,6 +123,16 @@ class Run:
         self._tail: StepRecord | None = None
         self._fatal = None
         self._peer_watch: PeerWatch | None = None
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples per rank per step, recorded in every step record (settable between steps: a whole
+        number from 1 to MAX_BATCH_SIZE, or None when unknown; anything else is refused at once)."""
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int | None) -> None:
+        self._batch_size = _checked_batch_size(value, "run.batch_size = ...")
 
     # ------------------------------------------------------------------ who and where
     @property
