@@ -96,3 +96,62 @@ def test_a_batch_size_set_to_nonsense_between_steps_stops_the_run_with_a_note_na
     assert [(r["step"], r["batch_size"]) for r in run.read_steps(0)] == [(s, 8) for s in range(3)]
     (note,) = run.read_failures()
     assert note["step"] == 3 and "batch_size nan" in note["error"] and note["kind"] == "error"
+
+
+class _Payload:
+    """A pickle that calls a function when it is loaded (what a planted checkpoint would do)."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+COUNTING = '''
+    import hpcprof
+
+    with hpcprof.run(batch_size=8, steps=6) as run:
+        for step in run.steps():
+            pass
+'''
+
+
+@pytest.fixture(scope="module")
+def finished_slurm_run(tmp_path_factory) -> Path:
+    """The folder of a one-rank run of job 4242 (runs/train-job4242), as SLURM's first start left it."""
+    tmp = tmp_path_factory.mktemp("job4242")
+    proc = _python(tmp, COUNTING, env={"SLURM_JOB_ID": "4242"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return tmp
+
+
+@pytest.mark.parametrize("content", ["code", "garbage", "truncated"])
+def test_a_checkpoint_that_runs_code_or_is_damaged_is_refused_in_one_line_with_a_failure_note(
+        finished_slurm_run, tmp_path, content):
+    """Issue 37 item 11: checkpoint/latest.pt was loaded with weights_only=False, so a pickle in the
+    run directory ran its payload as soon as hpcprof.run() started; a damaged one gave a
+    UnicodeDecodeError traceback and no failure note. The requeued start (same job id) refuses it."""
+    import shutil
+
+    import torch
+
+    shutil.copytree(finished_slurm_run, tmp_path, dirs_exist_ok=True)
+    run = _only_run(tmp_path)
+    run.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+    marker = tmp_path / "payload-ran"
+    if content == "code":
+        torch.save({"step": 2, "epoch": 0, "state": _Payload(marker)}, run.checkpoint_path)
+    else:
+        torch.save({"step": 2, "epoch": 0, "state": {"w": torch.ones(1000)}}, run.checkpoint_path)
+        data = run.checkpoint_path.read_bytes()
+        run.checkpoint_path.write_bytes(b"\x80\xff\xfe" + data[3:] if content == "garbage" else data[: len(data) // 2])
+    proc = _python(tmp_path, COUNTING, env={"SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "1"})
+    assert proc.returncode == 1
+    assert not marker.exists(), "the checkpoint's code ran"
+    line = _last_line(proc)
+    said = "RunDirError: checkpoint runs/train-job4242/checkpoint/latest.pt cannot be resumed from ("
+    assert line.startswith("hpcprof.rundir.layout." + said) and "weights_only=True" in line, proc.stderr
+    (note,) = run.read_failures()
+    assert note["rank"] == 0 and note["step"] is None and note["error"].startswith(said) and note["kind"] == "error"
+    assert [r["step"] for r in run.read_steps(0)] == list(range(6))  # the first start's records are kept

@@ -44,9 +44,10 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-from ..rundir import KNOWN_REGIONS, StepRecord, StepWriter
+from ..rundir import KNOWN_REGIONS, RunDirError, StepRecord, StepWriter
 from ..rundir.records import REGION_NAME_RE
 from ..spec import JobSpec, SpecError, apply_values, validate_run_name
+from .checkpoint import load_checkpoint
 from .control import ControlChannel
 from .device import DeviceError
 from .drills import RankDrills
@@ -177,10 +178,14 @@ class Run:
         self.ctrl_group, self.agree_group, self._owns_pg = rank.ctrl_group, rank.agree_group, rank.owns_pg
         self.failure = rank.failure
         self._fatal = enable_fatal_log(self.run, self.rank)
-        if self.run.checkpoint_path.exists():
-            self._resume = torch.load(self.run.checkpoint_path, map_location="cpu", weights_only=False)
-            self.start_step = int(self._resume["step"]) + 1
-            self.epoch = int(self._resume.get("epoch", 0))
+        try:
+            self._resume = load_checkpoint(self.run.checkpoint_path)
+        except RunDirError as exc:
+            self.failure.record(exc)  # the failure note, as for any error of the block
+            raise
+        if self._resume is not None:
+            self.start_step = self._resume["step"] + 1
+            self.epoch = self._resume.get("epoch", 0)
         self._next_step = self.start_step
         if self.rank == 0:
             rank.record_attempt(self.spec, resumed_from_step=self.start_step if self._resume else None)
@@ -210,7 +215,11 @@ class Run:
         ``save=`` / ``load=`` callables. On an agreed preemption every rank calls ``save()`` (it may
         use collectives, e.g. FSDP's full state dict) and rank 0 writes its result with the step; when
         the requeued job starts again, the state is loaded here, on every rank. Returns True when
-        state was restored (the job resumed)."""
+        state was restored (the job resumed).
+
+        What the state may hold: what ``torch.load(weights_only=True)`` reads back (tensors, dicts,
+        lists, tuples, strings, numbers, None: state dicts of models, optimizers and scalers), and
+        types registered with ``torch.serialization.add_safe_globals`` (hpcprof.rank.checkpoint)."""
         if obj is not None:
             if save or load:
                 raise HpcprofUsageError("run.checkpoint(): give an object with state_dict/load_state_dict, or save=/load=, not both")
