@@ -155,3 +155,111 @@ def test_a_checkpoint_that_runs_code_or_is_damaged_is_refused_in_one_line_with_a
     (note,) = run.read_failures()
     assert note["rank"] == 0 and note["step"] is None and note["error"].startswith(said) and note["kind"] == "error"
     assert [r["step"] for r in run.read_steps(0)] == list(range(6))  # the first start's records are kept
+
+
+LOOP = '''
+    import hpcprof
+
+    with hpcprof.run(batch_size=8, runs_dir="runs") as run:
+        for step in run.steps():
+            pass
+'''
+
+
+def _runs_a_file(tmp: Path) -> None:
+    (tmp / "runs").write_text("my notes\n")
+
+
+def _runs_a_dangling_link(tmp: Path) -> None:
+    (tmp / "runs").symlink_to(tmp / "scratch-that-was-removed")
+
+
+def _runs_a_link_loop(tmp: Path) -> None:
+    (tmp / "runs").symlink_to("runs")
+
+
+@pytest.mark.parametrize("setup, env, said", [
+    (_runs_a_file, {}, "RunDirError: cannot create the run directory runs/train-"),
+    (_runs_a_dangling_link, {}, "RunDirError: cannot create the run directory runs/train-"),
+    (_runs_a_link_loop, {}, "RunDirError: cannot create the run directory runs/train-"),
+    (None, {"SLURM_JOB_ID": "7" * 300}, "RunDirError: the run name train-job77"),
+], ids=["runs_dir-a-file", "runs_dir-a-dangling-symlink", "runs_dir-a-symlink-loop", "SLURM_JOB_ID-of-300-characters"])
+def test_a_run_directory_that_cannot_be_created_is_one_line_saying_why(tmp_path, setup, env, said):
+    """Issue 37 item 16: raw NotADirectoryError, FileExistsError, ELOOP and ENAMETOOLONG tracebacks
+    where submit says it in one line; nothing in the way is changed."""
+    if setup is not None:
+        setup(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    proc = _python(tmp_path, LOOP, env=env)
+    line = _last_line(proc)
+    assert proc.returncode == 1 and line.startswith("hpcprof.rundir.layout." + said), proc.stderr[-3000:]
+    assert ("runs_dir" in line) if setup else ("hpcprof.run(name=...)" in line)
+    assert sorted(os.listdir(tmp_path)) == sorted(before + ["train.py"])
+    if setup is _runs_a_file:
+        assert (tmp_path / "runs").read_text() == "my notes\n"
+
+
+MISUSES = {
+    "run.steps([])": ('''
+        with hpcprof.run(batch_size=8) as run:
+            for batch in run.steps([]):
+                pass
+    ''', "HpcprofUsageError: run.steps(): a pass over the list gave no batch at all (it is empty)"),
+    "run.steps() in run.steps()": ('''
+        with hpcprof.run(batch_size=8) as run:
+            for epoch in run.steps(total=2):
+                for step in run.steps():
+                    pass
+    ''', "HpcprofUsageError: run.steps() inside step 0, which is still running: steps do not nest"),
+    "run.step() in run.steps()": ('''
+        with hpcprof.run(batch_size=8) as run:
+            for step in run.steps():
+                with run.step():
+                    pass
+    ''', "HpcprofUsageError: run.step() inside step 0, which is still running: steps do not nest"),
+    "run.region(None)": ('''
+        with hpcprof.run(batch_size=8) as run:
+            for step in run.steps():
+                with run.region(None):
+                    pass
+    ''', "HpcprofUsageError: run.region(None): a region name is a string"),
+    "run.rank before the block": ('''
+        run = hpcprof.run(batch_size=8)
+        print(run.rank)
+    ''', "SessionNotStarted: run.rank: the session has not started yet; use it inside the block"),
+    "run.steps() after the block": ('''
+        with hpcprof.run(batch_size=8) as run:
+            for step in run.steps():
+                if step == 3:
+                    break
+        for step in run.steps():
+            pass
+    ''', "HpcprofUsageError: run.steps() after the `with hpcprof.run(...) as run:` block ended"),
+    "hpcprof.run() in hpcprof.run()": ('''
+        with hpcprof.run(batch_size=8) as run:
+            with hpcprof.run(batch_size=8) as again:
+                for step in again.steps():
+                    pass
+    ''', "HpcprofUsageError: hpcprof.run() inside the block of another hpcprof.run() in the same process"),
+}
+
+
+@pytest.mark.parametrize("case", list(MISUSES))
+def test_a_misused_step_loop_api_is_one_line_naming_the_call(tmp_path, case):
+    """Issue 37 item 16: "generator raised StopIteration", "NoneType + int", AttributeError 'renv',
+    "I/O operation on closed file", and a second hpcprof.run() in the block taken for a requeue
+    (one directory, two attempts). Misuse inside the block leaves a failure note saying it."""
+    body, said = MISUSES[case]
+    proc = _python(tmp_path, "import hpcprof\n" + textwrap.dedent(body))
+    line = _last_line(proc)
+    assert proc.returncode == 1 and line.startswith("hpcprof.rank.session." + said), proc.stderr[-3000:]
+    if case == "run.rank before the block":
+        assert not (tmp_path / "runs").exists()
+        return
+    run = _only_run(tmp_path)
+    assert len(run.read_manifest()["attempts"]) == 1
+    if case == "run.steps() after the block":  # the session ended cleanly: its records stand, no note
+        assert [r["step"] for r in run.read_steps(0)] == [0, 1, 2, 3] and run.read_failures() == []
+        return
+    (note,) = run.read_failures()
+    assert note["error"] == line.removeprefix("hpcprof.rank.session.").replace("SessionNotStarted", "HpcprofUsageError")

@@ -80,6 +80,20 @@ class HpcprofUsageError(RuntimeError):
     """The step-loop API was used in a way it cannot work (the message says how to fix it)."""
 
 
+class SessionNotStarted(HpcprofUsageError, AttributeError):
+    """What the session sets up on entering, asked for outside its block (an AttributeError too, so
+    that ``hasattr(run, "rank")`` stays False there)."""
+
+
+_SET_UP_ON_ENTER = frozenset({
+    "rank", "world_size", "local_rank", "node", "dir", "device", "backend", "use_cuda", "run", "renv", "drills",
+    "ctrl_group", "agree_group", "failure", "writer", "timer", "trigger", "control", "prof"})
+"""Attributes and properties that exist once :meth:`Run.__enter__` has run."""
+
+_ACTIVE: "Run | None" = None
+"""The session whose block is running in this process (one at a time)."""
+
+
 MAX_BATCH_SIZE = 2**31 - 1
 """The largest batch_size taken (samples per rank per step): beyond it a value is a mistake (a
 float such as 1e30 is refused anyway), and the analysis' samples/s would be nonsense."""
@@ -118,6 +132,7 @@ class Run:
         self._step: int | None = None
         self._next_step = 0
         self._entered = False
+        self._closed = False
         self._saver: Callable[[], Any] | None = None
         self._resume: dict | None = None
         self._owns_pg = False
@@ -134,6 +149,22 @@ class Run:
     @batch_size.setter
     def batch_size(self, value: int | None) -> None:
         self._batch_size = _checked_batch_size(value, "run.batch_size = ...")
+
+    def __getattr__(self, name: str):
+        # reached only for what is missing: before __enter__ set it up (or when it failed half-way)
+        if name in _SET_UP_ON_ENTER:
+            when = ("the session failed to start" if self.__dict__.get("_entered")
+                    else "the session has not started yet")
+            raise SessionNotStarted(f"run.{name}: {when}; use it inside the block: `with hpcprof.run(...) as run:`")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _check_open(self, what: str) -> None:
+        """`what` needs the session's block to be running."""
+        if self._closed:
+            raise HpcprofUsageError(f"{what} after the `with hpcprof.run(...) as run:` block ended: the session is "
+                                    "closed (its records and trace are written); run the steps inside the block")
+        if not self._entered:
+            raise HpcprofUsageError(f"{what} before the session started: use it inside `with hpcprof.run(...) as run:`")
 
     # ------------------------------------------------------------------ who and where
     @property
@@ -169,8 +200,12 @@ class Run:
 
     # ------------------------------------------------------------------ set-up
     def __enter__(self) -> "Run":
+        global _ACTIVE
         if self._entered:
             raise HpcprofUsageError("this hpcprof.run() session was entered already; call hpcprof.run() once per process")
+        if _ACTIVE is not None:
+            raise HpcprofUsageError("hpcprof.run() inside the block of another hpcprof.run() in the same process: one "
+                                    f"session per process (the running one writes {_ACTIVE.dir}); use its `run`")
         self._entered = True
         rank = start_rank(self.spec, self._run_root, self._log, self._launched)
         self.renv, self.device, self.backend, self.run = rank.renv, rank.device, rank.backend, rank.run
@@ -205,6 +240,7 @@ class Run:
                                   captures=t.schedule if t else None)
         self.prof.__enter__()
         self._peer_watch = PeerWatch(self.failure, on_stop=lambda: self.timer.close(block=False)).start()
+        _ACTIVE = self
         return self
 
     # ------------------------------------------------------------------ checkpoint
@@ -258,12 +294,19 @@ class Run:
         analysis breaks steps down by them); any other name is reported as a user region. Regions
         may nest: time inside a nested region counts for the innermost one only (exclusive time),
         so the regions of a step add up to at most the step."""
-        if not _REGION_RE.fullmatch(str(name)):
-            raise HpcprofUsageError(f"region name {name!r}: use a letter then letters, digits, '_' or '-' (at most 64)")
+        self._check_open("run.region()")
+        if not isinstance(name, str) or not _REGION_RE.fullmatch(name):
+            shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+            raise HpcprofUsageError(f"run.region({shown}): a region name is a string of a letter then letters, digits, "
+                                    "'_' or '-' (at most 64)")
         return self.timer.region(name)
 
     # ------------------------------------------------------------------ the step loop
-    def _begin(self) -> int:
+    def _begin(self, what: str) -> int:
+        self._check_open(what)
+        if self._step is not None:
+            raise HpcprofUsageError(f"{what} inside step {self._step}, which is still running: steps do not nest; "
+                                    "use one `for ... in run.steps(...)` loop (or `with run.step():`) at a time")
         step = self._next_step
         self._write_tail()
         self.failure.step = step
@@ -325,7 +368,7 @@ class Run:
         # a container or a DataLoader starts a new pass with iter(); an iterator or generator cannot
         restartable = iterable is not None and not isinstance(iterable, collections.abc.Iterator)
         while self._next_step < total:
-            step = self._begin()
+            step = self._begin("run.steps()")
             try:
                 if iterable is None:
                     batch = step
@@ -341,7 +384,12 @@ class Run:
                                 return
                             self.epoch += 1
                             it = self._new_pass(iterable)
-                            batch = next(it)
+                            batch = next(it, _EMPTY)
+                            if batch is _EMPTY:
+                                raise HpcprofUsageError(
+                                    f"run.steps(): a pass over the {type(iterable).__name__} gave no batch at all "
+                                    f"(it is empty) at step {step}; give it data (a DataLoader with drop_last=True "
+                                    "and fewer samples than a batch is empty)") from None
                 self._straggle(step)
             except BaseException:
                 self._abandon()
@@ -385,6 +433,10 @@ class Run:
 
     # ------------------------------------------------------------------ tear-down
     def __exit__(self, exc_type, exc, tb) -> bool:
+        global _ACTIVE
+        self._closed = True
+        if _ACTIVE is self:
+            _ACTIVE = None
         if self._peer_watch is not None:
             self._peer_watch.stop()
         if exc is None:
@@ -423,18 +475,23 @@ class Run:
             dist.destroy_process_group()
 
 
+_EMPTY = object()
+
+
 class _StepBlock:
     def __init__(self, run: Run):
         self.run = run
 
     def __enter__(self) -> int:
-        step = self.run._begin()
+        step = self.run._begin("run.step()")
         self.run._straggle(step)
         return step
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None:
             self.run._advance(self.run._record())
+        else:
+            self.run._abandon()  # the step is over; the error goes on to the session's block
         return False
 
 
@@ -497,4 +554,4 @@ def run(batch_size: int | None = None, *, spec: JobSpec | str | Path | None = No
     return Run(job, root, os.environ.get("HPCPROF_LOG_HINT"), launched=False, batch_size=batch_size)
 
 
-__all__ = ["Run", "run", "LaunchContext", "LAUNCH", "HpcprofUsageError", "DeviceError"]
+__all__ = ["Run", "run", "LaunchContext", "LAUNCH", "HpcprofUsageError", "SessionNotStarted", "DeviceError"]

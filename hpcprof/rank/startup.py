@@ -7,6 +7,7 @@ with this attempt. Used by the step-loop session (hpcprof.rank.session.Run.__ent
 from __future__ import annotations
 
 import datetime
+import errno
 import os
 import re
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..rundir import RunDir
+from ..rundir import RunDir, RunDirError
 from ..rundir.manifest import Clock, RankEntry, record_attempt
 from ..spec import JobSpec
 from .device import choose_device, gpus_requested, nccl_environment
@@ -89,12 +90,44 @@ def start_rank(spec: JobSpec, run_root: str | None, log: str | None, launched: b
     ctrl_group = dist.new_group(backend="gloo", timeout=timeout)
     agree_group = dist.new_group(backend="gloo", timeout=timeout)
     run = RunDir(run_root) if run_root else _agree_run_dir(spec, ctrl_group)
-    if device.type == "cuda" and not run_root:
-        _nccl_env(str(run.root))  # before the first NCCL communicator exists (created lazily)
-    run.ensure_layout()
+    try:
+        if len(run.root.name.encode()) > 255:  # said before any folder on the way is created
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        if device.type == "cuda" and not run_root:
+            _nccl_env(str(run.root))  # before the first NCCL communicator exists (created lazily)
+        run.ensure_layout()
+    except OSError as exc:
+        raise RunDirError(_cannot_create(run, exc, chosen_here=not run_root)) from None
     failure = FailureContext(run, renv.rank, renv.node, FailureContext.log_for_rank(log, renv.rank))
     entries = _gather_rank_entries(renv, device, cpus, ctrl_group)
     return StartedRank(renv, device, backend, ctrl_group, agree_group, owns_pg, run, failure, entries, cpus)
+
+
+def _cannot_create(run: RunDir, exc: OSError, chosen_here: bool) -> str:
+    """One line for a run directory that cannot be created (runs_dir a file, a dangling symlink, a
+    symlink loop, no permission, a name too long for a folder), saying what to change."""
+    name = run.root.name
+    if exc.errno == errno.ENAMETOOLONG and len(name.encode()) > 255:
+        job = os.environ.get("SLURM_JOB_ID", "")
+        held = " (it holds SLURM_JOB_ID)" if job and re.sub(r"[^A-Za-z0-9._-]", "_", job) in name else ""
+        return (f"the run name {name[:40]}... is {len(name.encode())} bytes long{held}, more than a folder name may be "
+                "(255); give hpcprof.run(name=...)")
+    where = str(run.root) if len(str(run.root)) <= 200 else str(run.root)[:197] + "..."
+    hint = "; choose a writable folder as runs_dir (hpcprof.run(runs_dir=...)) or another name" if chosen_here else ""
+    return f"cannot create the run directory {where} ({_in_the_way(run.root) or exc.strerror or exc}){hint}"
+
+
+def _in_the_way(root: Path) -> str | None:
+    """What on the way to `root` is not a folder (a file, a symbolic link to nothing or to itself), if anything."""
+    for p in [*reversed(root.parents), root]:
+        try:
+            if p.is_symlink() and not p.exists():
+                return f"{p} is a symbolic link to {os.readlink(p)!r}, which leads nowhere (a missing folder or a loop)"
+            if p.exists() and not p.is_dir():
+                return f"{p} is a file, not a folder"
+        except OSError:
+            return None
+    return None
 
 
 def _nccl_env(root: str) -> None:
