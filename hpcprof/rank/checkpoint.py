@@ -2,6 +2,12 @@
 directory, ``{"step", "epoch", "time", "state"}``, where ``state`` is what the user's saver returned
 (hpcprof.rank.session.Run.checkpoint).
 
+It is read back with ``torch.load(weights_only=True)``: tensors, containers and plain values (the state
+dicts of models, optimizers and scalers), and types the user registered with
+``torch.serialization.add_safe_globals``. Never with arbitrary unpickling: a file planted in the run
+directory (a pickle whose ``__reduce__`` calls ``os.system``) would run its code as soon as
+``hpcprof.run()`` started.
+
 Every rank calls the saver (it may use collectives, e.g. FSDP's full state dict); rank 0 writes the
 file under a temporary name, then renames it (readers never see half a checkpoint).
 """
@@ -10,11 +16,13 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from ..rundir import RunDir
+from ..rundir import RunDir, RunDirError
 
 
 class Saver:
@@ -49,23 +57,37 @@ class Saver:
         return cls(save, load)
 
 
-def read_checkpoint(run: RunDir) -> dict | None:
-    """The checkpoint of an earlier attempt, or None. Loaded with ``weights_only=True``: a checkpoint
-    holds tensors, numbers, strings and containers of them (what model and optimizer state dicts
-    hold); anything else (an arbitrary pickled object) is refused, so that nobody who can write
-    into a run directory can make a rank run code. Raises ValueError with one line naming the file
-    when it cannot be read."""
-    path = run.checkpoint_path
+def load_checkpoint(path: Path) -> dict | None:
+    """checkpoint/latest.pt as :func:`write_checkpoint` writes it ({"step", "epoch", "time",
+    "state"}), or None when there is none. Read with ``torch.load(weights_only=True)``: a pickle
+    that would call a function (``os.system`` in a ``__reduce__``) is refused, never run. A file
+    that cannot be read, or is not such a checkpoint, is a one-line RunDirError naming it."""
     if not path.exists():
         return None
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several kinds for a corrupt or refused file
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"checkpoint {path}: cannot be loaded ({first[:300]}); remove it to start afresh") from None
-    if not isinstance(data, dict) or not isinstance(data.get("step"), int):
-        raise ValueError(f"checkpoint {path}: not an hpcprof checkpoint (no step); remove it to start afresh")
-    return data
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns about unusual pickle protocols before it refuses them
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        why = _load_error(exc)
+    else:
+        step, epoch = (ckpt.get("step"), ckpt.get("epoch", 0)) if isinstance(ckpt, dict) else (None, None)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in (step, epoch)) and step >= -1 and epoch >= 0:
+            return ckpt
+        why = "not a checkpoint hpcprof wrote: no whole-number step and epoch"
+    raise RunDirError(f"checkpoint {path} cannot be resumed from ({why}); hpcprof loads checkpoints with "
+                      "torch.load(weights_only=True): register the state's own types with "
+                      "torch.serialization.add_safe_globals, or move the file away to start from step 0")
+
+
+def _load_error(exc: Exception) -> str:
+    """torch.load's reason in one short line (its weights-only refusal is a paragraph whose first line
+    is generic advice)."""
+    generic = ("Weights only load failed", "Check the documentation", "Please file an issue")
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    said = next((ln for ln in lines if not ln.startswith(generic)), lines[0] if lines else "")
+    text = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def write_checkpoint(run: RunDir, rank: int, saver: Saver | None, last_step: int, epoch: int) -> None:

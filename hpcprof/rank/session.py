@@ -36,6 +36,7 @@ Importable with torch alone: nothing here imports submitit or the analysis side.
 
 from __future__ import annotations
 
+import numbers
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ import torch.distributed as dist
 from ..rundir import RunDirError, StepRecord, StepWriter
 from ..rundir.manifest import record_steps_done
 from ..spec import JobSpec
-from .checkpoint import Saver, read_checkpoint, write_checkpoint
+from .checkpoint import Saver, load_checkpoint, write_checkpoint
 from .control import ControlChannel, NoRounds
 from .device import DeviceError
 from .drills import RankDrills
@@ -76,6 +77,34 @@ ACTIVE: "Run | None" = None
 """The session entered in this process (one at a time)."""
 
 
+MAX_BATCH_SIZE = 2**31 - 1
+"""The largest batch_size taken (samples per rank per step): beyond it a value is a mistake."""
+
+_SET_UP_ON_ENTER = frozenset({
+    "rank", "world_size", "local_rank", "node", "rundir", "dir", "device", "backend", "use_cuda", "run", "renv", "drills", "ctrl_group", "agree_group", "failure", "writer",
+    "timer", "trigger", "control"})
+"""Attributes that exist once the session has started (or joined the job)."""
+
+
+class SessionNotStarted(HpcprofUsageError, AttributeError):
+    """What the session sets up when it starts, asked for before (an AttributeError too, so that
+    ``hasattr(run, "device")`` stays False there)."""
+
+
+def checked_batch_size(value: Any, where: str) -> int | None:
+    """`value` as a batch size (None stays None: unknown), or a one-line HpcprofUsageError naming
+    `where`: a bool, a float, a string, NaN, zero or a negative number would be recorded with every
+    step and turn the analysis' samples/s (and its count of finished steps) into nonsense."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= int(value) <= MAX_BATCH_SIZE:
+        return int(value)
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise HpcprofUsageError(f"{where}: batch_size {shown} ({type(value).__name__}) is not a batch size; give the "
+                            f"samples per rank per step as a whole number from 1 to {MAX_BATCH_SIZE}, or None")
+
+
 class Run(StepLoop):
     """One rank's session: prepared on ``__enter__``, joined to the job at its first step (or first
     need), the step loop (:meth:`steps`, :meth:`step`, or :meth:`begin_step`/:meth:`end_step`),
@@ -87,8 +116,7 @@ class Run(StepLoop):
         self._run_root = run_root
         self._log = log
         self._launched = launched
-        self.batch_size: int | None = batch_size
-        """Samples per rank per step, recorded in every step record (settable between steps)."""
+        self._batch_size: int | None = checked_batch_size(batch_size, "hpcprof.run(batch_size=...)")
         self.epoch = 0
         """Passes over the data so far (:meth:`steps` counts the passes it completes; settable), saved
         with a checkpoint and restored after a requeue."""
@@ -108,14 +136,34 @@ class Run(StepLoop):
         self._in_steps = False
         self.prof = None  # hpcprof.rank.profiling.GuardedProfiler, once joined
 
+    @property
+    def batch_size(self) -> int | None:
+        """Samples per rank per step, recorded in every step record (settable between steps: a whole
+        number from 1 to MAX_BATCH_SIZE, or None when unknown; anything else is refused at once)."""
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int | None) -> None:
+        self._batch_size = checked_batch_size(value, "run.batch_size = ...")
+
+    def __getattr__(self, name: str):
+        # reached only for what is missing: before the session started (or when it failed half-way)
+        if name in _SET_UP_ON_ENTER:
+            when = "the session failed to start" if self.__dict__.get("_state") != "new" else \
+                "the session has not started yet"
+            raise SessionNotStarted(f"run.{name}: {when}; use it inside the block: `with hpcprof.run(...) as run:`")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     # ------------------------------------------------------------------ who and where
     def _need(self, what: str) -> None:
+        """`what` (a property, or a call such as "run.steps()") needs a started session (or a live one)."""
         if self._state == "new":
-            raise HpcprofUsageError(f"run.{what}: the session is not started yet: use it inside "
-                                    "'with hpcprof.run(...) as run:', or after run = hpcprof.start(...)")
-        if self._state == "closed" and what in ("steps", "step", "begin_step"):
-            raise HpcprofUsageError(f"run.{what}(): the session has ended (its 'with' block is left, or run.close() "
-                                    "was called)")
+            name = what if what.startswith("run.") else f"run.{what}"
+            raise SessionNotStarted(f"{name}: the session has not started yet; use it inside the block: "
+                                    "`with hpcprof.run(...) as run:` (or after run = hpcprof.start(...))")
+        if self._state == "closed" and what.endswith("()"):
+            raise HpcprofUsageError(f"{what} after the `with hpcprof.run(...) as run:` block ended: the session is "
+                                    "closed (its records and trace are written); run the steps inside the block")
 
     @property
     def rank(self) -> int:
@@ -172,8 +220,8 @@ class Run(StepLoop):
         if self._state != "new":
             raise HpcprofUsageError("this hpcprof.run() session was entered already; call hpcprof.run() once per process")
         if ACTIVE is not None:
-            raise HpcprofUsageError("an hpcprof session is already running in this process (hpcprof.run() inside "
-                                    "another, or after hpcprof.start()); use the one you have")
+            raise HpcprofUsageError("hpcprof.run() inside the block of another hpcprof.run() in the same process: one "
+                                    "session per process (or hpcprof.start() was called already); use its `run`")
         self._prep = prepare_rank(self.spec, self._launched)
         self.renv, self.device = self._prep.renv, self._prep.device
         self.use_cuda = self.device.type == "cuda"
@@ -195,9 +243,10 @@ class Run(StepLoop):
         self.failure = rank.failure
         self._fatal = enable_fatal_log(self.run, self.rank)
         try:
-            self._resume = read_checkpoint(self.run)
-        except ValueError as exc:
-            raise HpcprofUsageError(str(exc)) from None
+            self._resume = load_checkpoint(self.run.checkpoint_path)
+        except RunDirError as exc:
+            self.failure.record(exc)  # the failure note, as for any error of the block
+            raise
         if self._resume is not None:
             self.start_step = int(self._resume["step"]) + 1
             self.epoch = int(self._resume.get("epoch", 0))
@@ -237,7 +286,7 @@ class Run(StepLoop):
         the step (hpcprof.rank.checkpoint: tensors, numbers, strings and containers of them); when the
         requeued job starts again, the state is loaded here, on every rank. Returns True when state
         was restored (the job resumed)."""
-        self._need("checkpoint")
+        self._need("run.checkpoint()")
         self._saver = Saver.of(obj, save, load, named, error=HpcprofUsageError)
         self._connect()
         if self._resume is not None and "state" in self._resume:
@@ -353,4 +402,4 @@ def _device_idle() -> bool:
         return False
 
 
-__all__ = ["Run", "LaunchContext", "LAUNCH", "HpcprofUsageError", "DeviceError", "RunDirError"]
+__all__ = ["Run", "LaunchContext", "LAUNCH", "HpcprofUsageError", "SessionNotStarted", "DeviceError", "RunDirError"]

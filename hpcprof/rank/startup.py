@@ -16,6 +16,7 @@ step, a point every rank of a data-parallel job passes.
 from __future__ import annotations
 
 import datetime
+import errno
 import os
 import re
 import sys
@@ -125,13 +126,43 @@ def connect_rank(prep: PreparedRank, spec: JobSpec, run_root: str | None, log: s
     ctrl_group = dist.new_group(backend="gloo", timeout=timeout)
     agree_group = dist.new_group(backend="gloo", timeout=timeout)
     run = RunDir(run_root) if run_root else agree_run_dir(spec, renv, ctrl_group)
-    if device.type == "cuda" and not run_root:
-        _nccl_env(str(run.root))  # before the first NCCL communicator exists (created lazily)
-    run.ensure_layout()
+    try:
+        if device.type == "cuda" and not run_root:
+            _nccl_env(str(run.root))  # before the first NCCL communicator exists (created lazily)
+        run.ensure_layout()
+    except OSError as exc:
+        raise RunDirError(_cannot_create(run, exc, chosen_here=not run_root)) from None
     failure = FailureContext(run, renv.rank, renv.node, FailureContext.log_for_rank(log, renv.rank))
     entries = _gather_rank_entries(renv, device, prep.node_cpus, ctrl_group)
     return StartedRank(renv, device, backend, ctrl_group, agree_group, owns_pg, made_by, run, failure, entries,
                        prep.node_cpus)
+
+
+def _cannot_create(run: RunDir, exc: OSError, chosen_here: bool) -> str:
+    """One line for a run directory that cannot be created (runs_dir a file, a dangling symlink, a
+    symlink loop, no permission, a name too long for a folder), saying what to change."""
+    name = run.root.name
+    if exc.errno == errno.ENAMETOOLONG and len(name.encode()) > 255:
+        job = os.environ.get("SLURM_JOB_ID", "")
+        held = " (it holds SLURM_JOB_ID)" if job and re.sub(r"[^A-Za-z0-9._-]", "_", job) in name else ""
+        return (f"the run name {name[:40]}... is {len(name.encode())} bytes long{held}, more than a folder name may be "
+                "(255); give hpcprof.run(name=...)")
+    where = str(run.root) if len(str(run.root)) <= 200 else str(run.root)[:197] + "..."
+    hint = "; choose a writable folder as runs_dir (hpcprof.run(runs_dir=...)) or another name" if chosen_here else ""
+    return f"cannot create the run directory {where} ({_in_the_way(run.root) or exc.strerror or exc}){hint}"
+
+
+def _in_the_way(root: Path) -> str | None:
+    """What on the way to `root` is not a folder (a file, a symbolic link to nothing or to itself), if anything."""
+    for p in [*reversed(root.parents), root]:
+        try:
+            if p.is_symlink() and not p.exists():
+                return f"{p} is a symbolic link to {os.readlink(p)!r}, which leads nowhere (a missing folder or a loop)"
+            if p.exists() and not p.is_dir():
+                return f"{p} is a file, not a folder"
+        except OSError:
+            return None
+    return None
 
 
 def _nccl_env(root: str) -> None:
@@ -147,8 +178,7 @@ def agree_run_dir(spec: JobSpec, renv: RankEnv, group) -> RunDir:
     box: list[Any] = [None]
     if renv.rank == 0:
         try:
-            box[0] = ("ok", str(choose_run_dir(spec, renv.job_id if renv.launcher != "torchrun" or
-                                               os.environ.get("SLURM_JOB_ID") else None).root))
+            box[0] = ("ok", str(choose_run_dir(spec, os.environ.get("SLURM_JOB_ID") or None).root))
         except RunDirError as exc:
             box[0] = ("error", str(exc))
     dist.broadcast_object_list(box, src=0, group=group)
@@ -163,8 +193,8 @@ def choose_run_dir(spec: JobSpec, job_id: str | None) -> RunDir:
     """Rank 0: the run directory of a job no hpcprof launcher started, created here so that no other
     job can take it.
 
-    - A directory that holds a run of this same SLURM job (its manifest's job_id) is this job's own
-      directory after a requeue: it is resumed.
+    - A directory that holds a run of this same SLURM job (its manifest's job_id, or its name
+      ``<script>-job<SLURM_JOB_ID>``) is this job's own directory after a requeue: it is resumed.
     - With an explicit name (``hpcprof.run(name=...)``, ``--name``) any other existing run is refused in
       one line: nothing of an earlier run is changed.
     - Without one, the name is ``<script>-job<SLURM_JOB_ID>`` under SLURM, else
@@ -176,26 +206,24 @@ def choose_run_dir(spec: JobSpec, job_id: str | None) -> RunDir:
     else:
         label = spec.workload.label if not spec.workload.builtin else script_label()
         base = f"{label}-job{job_id}" if job_id else f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
-        base = re.sub(r"[^A-Za-z0-9._-]", "_", base)[:200]
+        base = re.sub(r"[^A-Za-z0-9._-]", "_", base)
     root = Path(spec.runs_dir)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunDirError(f"runs directory {root}: cannot be created ({exc.strerror or exc})") from None
-    if not root.is_dir():
-        raise RunDirError(f"runs directory {root}: not a directory")
     for k in range(1, 1000):
         name = base if k == 1 else f"{base}-{k}"
         run = RunDir.for_spec(spec, name)
         try:
+            if len(name.encode()) > 255:  # said before any folder on the way is created
+                raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+            root.mkdir(parents=True, exist_ok=True)
             run.root.mkdir()
             return run
         except FileExistsError:
-            pass
+            if not run.root.is_dir():
+                raise RunDirError(_cannot_create(run, FileExistsError(errno.EEXIST, "exists"), True)) from None
         except OSError as exc:
-            raise RunDirError(f"run directory {run.root}: cannot be created ({exc.strerror or exc})") from None
-        if job_id and _job_of(run) == str(job_id):
-            return run  # this job's own directory: a requeue resumes it
+            raise RunDirError(_cannot_create(run, exc, chosen_here=True)) from None
+        if job_id and (_job_of(run) == str(job_id) or (k == 1 and not explicit)):
+            return run  # this job's own directory (its name or its manifest says the job): a requeue resumes it
         if explicit:
             raise RunDirError(f"run directory {run.root} already holds another run; choose another name "
                               "(hpcprof.run(name=...) / --name) or remove it")

@@ -30,21 +30,23 @@ class StepLoop:
         """``with run.region("forward"):``: a named part of the step, traced as ``hpcprof.<name>``
         and timed in the step record. Known names: data, copy, forward, backward, optimizer (the
         analysis breaks steps down by them); any other name is reported as a user region."""
+        self._need("run.region()")
         if not isinstance(name, str) or not _REGION_RE.fullmatch(name):
-            raise HpcprofUsageError(f"region name {name!r}: use a letter then letters, digits, '_' or '-' (at most 64)")
-        self._need("region")
+            shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+            raise HpcprofUsageError(f"run.region({shown}): a region name is a string of a letter then letters, digits, "
+                                    "'_' or '-' (at most 64)")
         self._connect()
         return self.timer.region(name)
 
     # ------------------------------------------------------------------ the step loop
-    def begin_step(self, started: tuple[float, float] | None = None) -> int:
+    def begin_step(self, started: tuple[float, float] | None = None, what: str = "run.begin_step()") -> int:
         """Open the next step (joins the job first); returns its global step number. For loops
         driven from callbacks (hpcprof.frameworks, zero-change mode); :meth:`steps` and :meth:`step`
         call it. `started`: (perf_counter, wall time) when the step really began, if earlier."""
-        self._need("begin_step")
+        self._need(what)
         self._connect()
         if self._step is not None:
-            raise HpcprofUsageError(f"run.begin_step(): step {self._step} is still open (call run.end_step() first)")
+            raise _nested(what, self._step)
         step = self._next_step
         self._write_tail()
         self.failure.step = step
@@ -122,9 +124,9 @@ class StepLoop:
         for them when the loader's sampler has it) while the data can be iterated again. Without data:
         the step numbers from :attr:`start_step` up to `total` (default: train.steps). Every rank must
         run the same steps."""
-        self._need("steps")
-        if self._in_steps:
-            raise HpcprofUsageError("run.steps() inside another run.steps() loop: one step loop at a time")
+        self._need("run.steps()")
+        if self._in_steps or self._step is not None:
+            raise _nested("run.steps()", self._step)
         self._connect()
         if total is None:
             total = self._steps if self._steps is not None or iterable is not None else self.total_steps
@@ -133,11 +135,12 @@ class StepLoop:
     def _loop(self, iterable, total: int | None) -> Iterator[Any]:
         self._in_steps = True
         it = None
+        first = self._next_step
         # a container or a DataLoader starts a new pass with iter(); an iterator or generator cannot
         restartable = iterable is not None and total is not None and not isinstance(iterable, Iterator)
         try:
             while total is None or self._next_step < total:
-                step = self.begin_step()
+                step = self.begin_step(what="run.steps()")
                 try:
                     if iterable is None:
                         batch = step
@@ -146,11 +149,15 @@ class StepLoop:
                             if it is None:
                                 it = iter(iterable)
                             batch = next(it, _END)
+                            if batch is _END and step == first:
+                                raise _empty(iterable, step)
                             if batch is _END:
                                 self.epoch += 1
                                 if restartable:
                                     it = self._new_pass(iterable)
                                     batch = next(it, _END)
+                                    if batch is _END:
+                                        raise _empty(iterable, step)
                         if batch is _END:  # the data ran out: the open step never ran
                             self._step = None
                             return
@@ -189,7 +196,7 @@ class _StepBlock:
         self.run = run
 
     def __enter__(self) -> int:
-        return self.run.begin_step()
+        return self.run.begin_step(what="run.step()")
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None:
@@ -199,3 +206,14 @@ class _StepBlock:
         return False
 
 
+
+
+def _nested(what: str, step: int | None) -> HpcprofUsageError:
+    return HpcprofUsageError(f"{what} inside step {step}, which is still running: steps do not nest; use one "
+                             "`for ... in run.steps(...)` loop (or `with run.step():`) at a time")
+
+
+def _empty(iterable, step: int) -> HpcprofUsageError:
+    return HpcprofUsageError(f"run.steps(): a pass over the {type(iterable).__name__} gave no batch at all (it is empty) "
+                             f"at step {step}; give it data (a DataLoader with drop_last=True and fewer samples than "
+                             "a batch is empty)")

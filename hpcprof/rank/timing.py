@@ -48,6 +48,8 @@ class StepTimer:
         self.blocked_s = 0.0
         self.first_forward: float | None = None
         self.t0 = 0.0
+        self._open: list[list[float]] = []
+        """[wall, CPU] time of the nested regions of each region open now, outermost first."""
 
     # ------------------------------------------------------------------ the open step
     def begin(self) -> float:
@@ -81,20 +83,31 @@ class StepTimer:
         in the step record (a region entered twice in one step adds up). In the regions where the
         training's collectives run (every region but ``data`` and ``copy``), the time the thread was
         blocked (wall time minus the thread's CPU time) adds to ``blocked_s``: waiting for other
-        ranks (hpcprof.rank.trigger)."""
+        ranks (hpcprof.rank.trigger).
+
+        Nested regions: time inside a region that runs inside another counts for the innermost one
+        only (exclusive time), in the region times and in ``blocked_s`` alike, so that a step's
+        region times never add up to more than the step (``run.region("train_step")`` around
+        forward, backward and optimizer keeps only what lies outside those three)."""
         t = time.perf_counter()
-        waits = name not in OWN_REGIONS
-        c = time.thread_time() if waits else 0.0
+        c = time.thread_time()
         if name == "forward" and self.first_forward is None:
             self.first_forward = t
+        inner = [0.0, 0.0]  # wall and CPU time of the regions nested in this one
+        self._open.append(inner)
         try:
             with record_function(region_label(name)):
                 yield
         finally:
-            wall = time.perf_counter() - t
-            self.region_s[name] = self.region_s.get(name, 0.0) + wall
-            if waits:
-                self.blocked_s += max(0.0, wall - (time.thread_time() - c))
+            self._open.pop()
+            wall, cpu = time.perf_counter() - t, time.thread_time() - c
+            if self._open:
+                self._open[-1][0] += wall
+                self._open[-1][1] += cpu
+            own_wall, own_cpu = wall - inner[0], cpu - inner[1]
+            self.region_s[name] = self.region_s.get(name, 0.0) + own_wall
+            if name not in OWN_REGIONS:
+                self.blocked_s += max(0.0, own_wall - own_cpu)
 
     def finish(self, record: StepRecord) -> None:
         """The step's record: written at once on CPU; on a GPU once its GPU time is known."""

@@ -86,14 +86,16 @@ class StepRecord:
     """Time in the ``copy`` region: issuing the host-to-device copy (and on-device preprocessing)."""
     regions: dict = dataclasses.field(default_factory=dict)
     """Host seconds in each user-named region of the step ({name: s}; the known regions have their
-    own fields)."""
+    own fields). Every region time is exclusive: time inside a nested region counts for the
+    innermost one only, so a step's region times add up to at most ``step_s``."""
     trace_export_s: float = 0.0
     """Host time the profiler spent right after this step writing a trace (the end of a profiling
     window); 0 in every other step. This step and the next are not steady state."""
     blocked_s: float = 0.0
     """Host time the rank's main thread was blocked (wall minus its CPU time) inside the step's regions
-    other than data and copy: mostly waiting for the other ranks in collectives. step_s - blocked_s
-    is the rank's own time in the step (what the triggered profiler compares across ranks)."""
+    other than data and copy (exclusive, as the region times): mostly waiting for the other ranks in
+    collectives. step_s - blocked_s is the rank's own time in the step (what the triggered profiler
+    compares across ranks)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in STEP_KEYS}
