@@ -125,7 +125,8 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print, replicate: r
 def _progress(launch_: Launch, poll_s: float) -> None:
     from tqdm import tqdm
 
-    total = launch_.spec.train.steps
+    # the built-in trainer runs train.steps; a user's code runs its own loop, whose length is its own
+    total = launch_.spec.train.steps if launch_.spec.workload.builtin else None
     run = launch_.run
     bar = tqdm(total=total, desc=f"job {launch_.job.job_id}", unit="step", file=sys.stderr, dynamic_ncols=True)
     done_steps = 0

@@ -23,7 +23,8 @@ drills, failure notes, triggered capture, the run directory), through PyTorch's 
   a script that runs its own torch.profiler calls its ``prof.step()`` before that, so where both
   windows would open at once the script's opens first and hpcprof's steps aside with one line
   (hpcprof.rank.profiling.GuardedProfiler); the script never fails for it. hpcprof's
-  ``ProfilerStep#`` ranges therefore start at the forward pass.
+  ``ProfilerStep#`` ranges therefore start at the forward pass, and the straggler drill sleeps
+  there too (inside the step's range in the trace, as in its record).
 
 What needs the API: preemption with requeue (hpcprof cannot save and restore a script's state it
 does not know; in zero-change mode SIGUSR2 is left to the script and to SLURM, said in one console
@@ -157,7 +158,7 @@ class AutoSession:
             now = (time.perf_counter(), time.time())
             r.begin_step(started=self._first or now)
         r.end_step(defer_profiler=True)
-        r.begin_step()
+        r.begin_step(defer_drill=True)
 
 
 def _batch_of(args: tuple, kwargs: dict) -> int | None:

@@ -39,7 +39,8 @@ class StepLoop:
         return self.timer.region(name)
 
     # ------------------------------------------------------------------ the step loop
-    def begin_step(self, started: tuple[float, float] | None = None, what: str = "run.begin_step()") -> int:
+    def begin_step(self, started: tuple[float, float] | None = None, what: str = "run.begin_step()",
+                   defer_drill: bool = False) -> int:
         """Open the next step (joins the job first); returns its global step number. For loops
         driven from callbacks (hpcprof.frameworks, zero-change mode); :meth:`steps` and :meth:`step`
         call it. `started`: (perf_counter, wall time) when the step really began, if earlier."""
@@ -60,7 +61,10 @@ class StepLoop:
         if started is not None:
             self._t0, self._t_wall = self.timer.backdate(started[0]), started[1]
         self._drill_s = 0.0
-        self._drill_s += self.drills.straggle(step, self.use_cuda)
+        if defer_drill:  # zero-change mode: the sleep goes where the trace's step begins (profiler_step)
+            self._drill_pending = True
+        else:
+            self._drill_s += self.drills.straggle(step, self.use_cuda)
         return step
 
     def end_step(self, defer_profiler: bool = False) -> None:
@@ -72,10 +76,15 @@ class StepLoop:
         self._advance(self._record(), defer_profiler)
 
     def profiler_step(self) -> None:
-        """The profiler step deferred by ``end_step(defer_profiler=True)``, if one is pending."""
+        """The profiler step deferred by ``end_step(defer_profiler=True)``, if one is pending; then the
+        straggler drill's sleep deferred by ``begin_step(defer_drill=True)``, so that both the trace's
+        ``ProfilerStep#`` range and the step record hold it."""
         if getattr(self, "_profiler_pending", False):
             self._profiler_pending = False
             self.prof.step()
+        if getattr(self, "_drill_pending", False) and self._step is not None:
+            self._drill_pending = False
+            self._drill_s += self.drills.straggle(self._step, self.use_cuda)
 
     def _record(self) -> StepRecord:
         """The open step's record (the step's work is issued)."""
