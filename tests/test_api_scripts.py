@@ -64,7 +64,7 @@ OWN_PROFILER = textwrap.dedent('''
     with hpcprof.run(batch_size=16, steps=12) as run:
         model = DDP(torch.nn.Linear(32, 4))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        with torch.profiler.profile(schedule=torch.profiler.schedule(wait=0, warmup=1, active=4),
+        with torch.profiler.profile(schedule=torch.profiler.schedule(wait=0, warmup=1, active=4, repeat=1),
                                     on_trace_ready=torch.profiler.tensorboard_trace_handler("mylog")) as prof:
             for step in run.steps():
                 loss = model(torch.randn(16, 32)).sum()

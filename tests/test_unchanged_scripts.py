@@ -183,7 +183,9 @@ def test_step_time_agrees_with_the_scripts_own_timer(wrapped):
 
 def test_a_straggler_drill_on_an_unchanged_script_names_rank1_with_its_in_run_cost(tmp_path):
     cwd = _folder(tmp_path)
-    proc = _submit(cwd, "drill", "gpt_train.py", ["--max_iters=29", "--eval_interval=1000"], "--inject-straggler", "1:50:2",
+    # batch 32 (about 100 ms a step here): a 50 ms sleep every second step is well inside a step
+    proc = _submit(cwd, "drill", "gpt_train.py", ["--max_iters=29", "--eval_interval=1000", "--batch_size=32"],
+                   "--inject-straggler", "1:50:2",
                    "--profiler-wait", "3", "--profiler-warmup", "1", "--profiler-active", "10")
     run_dir = cwd / "runs" / "drill"
     _check_run(run_dir, proc, 30)

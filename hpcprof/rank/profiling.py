@@ -112,6 +112,12 @@ class RankProfiler:
 
         return self._schedule(step) in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
+    def opens(self, step: int) -> bool:
+        """The profiler does something at `step` (warm-up or recording): its window is open."""
+        from torch.profiler import ProfilerAction
+
+        return step >= 0 and self._schedule(step) != ProfilerAction.NONE
+
     def __enter__(self):
         self.prof.__enter__()
         return self
@@ -126,14 +132,15 @@ class RankProfiler:
 class GuardedProfiler:
     """hpcprof's profiler, stepping aside when the training code runs a torch.profiler of its own.
 
-    Two torch profilers cannot record on one thread: the second to start fails with "Profiler is
-    already enabled on this thread". When hpcprof's window starts while the script's own profiler
-    records (or the script's starts first), hpcprof's profiler is dropped for the rest of the run,
-    with one line on the rank's console, and never touched again (stopping or exporting a profiler
-    whose start failed is what crashed before); step records, drills and the rest go on. A script
-    whose profiler starts while hpcprof's window records fails in its own ``start()``, as it would
-    beside any other profiler: set ``--no-profiler-enabled`` (profiler.enabled = false) for such
-    scripts, or let hpcprof's window fall elsewhere."""
+    Two torch profilers cannot record on one thread: the second to start fails ("Profiler is already
+    enabled on this thread"), or, when it had prepared its window before the first started, starts
+    nothing and later crashes the process when it exports (a segmentation fault in Kineto). So
+    hpcprof never opens its window beside another profiler: at every step boundary where its window
+    would open, it looks for another ``torch.profiler.profile`` object alive in the process (the
+    garbage collector's list of objects, once per window, not per step); when there is one, hpcprof's
+    profiler is dropped for the rest of the run, with one line on the rank's console, and never touched
+    again. A start that still fails with "already enabled" is handled the same way. Step records,
+    drills and the rest go on; the script's own traces are where it writes them."""
 
     ASIDE = "Profiler is already enabled"
 
@@ -155,6 +162,16 @@ class GuardedProfiler:
     def is_active_step(self, step: int) -> bool:
         return self.aside_at is None and self.inner.is_active_step(step)
 
+    def _step_aside(self) -> None:
+        self.aside_at = getattr(self.inner, "step_num", None)
+        print(f"hpcprof: rank {self.rank}: another torch.profiler is running in this process (the training "
+              f"code's own); hpcprof's trace steps aside from step {self.aside_at} (step records go on)",
+              file=sys.stderr, flush=True)
+        null = NullProfiler()
+        null.step_num = self.aside_at or 0
+        null.export_s = self.inner.export_s
+        self.inner = null
+
     def _guard(self, call, *args):
         if self.aside_at is not None:
             return False
@@ -163,17 +180,28 @@ class GuardedProfiler:
         except RuntimeError as exc:
             if self.ASIDE not in str(exc):
                 raise
-            self.aside_at = getattr(self.inner, "step_num", None)
-            print(f"hpcprof: rank {self.rank}: another torch.profiler is running in this process (the training "
-                  f"code's own); hpcprof's trace steps aside from step {self.aside_at} (step records go on)",
-                  file=sys.stderr, flush=True)
-            null = NullProfiler()
-            null.step_num = self.aside_at or 0
-            null.export_s = self.inner.export_s
-            self.inner = null
+            self._step_aside()
             return False
 
+    def _opens_beside_another(self, step: int) -> bool:
+        """hpcprof's window opens at `step` (it is idle now) while another profiler exists."""
+        inner = self.inner
+        if not isinstance(inner, RankProfiler) or inner.opens(step - 1) or not inner.opens(step):
+            return False
+        import gc
+        import warnings
+
+        from torch.profiler import profile
+
+        mine = inner.prof
+        with warnings.catch_warnings():  # isinstance() on some modules' objects warns of deprecations
+            warnings.simplefilter("ignore")
+            return any(isinstance(o, profile) for o in gc.get_objects() if o is not mine)
+
     def __enter__(self):
+        if self._opens_beside_another(getattr(self.inner, "step_num", 0) + 1) or \
+                self._opens_beside_another(getattr(self.inner, "step_num", 0)):
+            self._step_aside()
         self._guard(self.inner.__enter__)
         return self
 
@@ -181,6 +209,8 @@ class GuardedProfiler:
         return self._guard(self.inner.__exit__, *exc)
 
     def step(self) -> None:
+        if self.aside_at is None and self._opens_beside_another(getattr(self.inner, "step_num", 0) + 1):
+            self._step_aside()
         self._guard(self.inner.step)
 
 
