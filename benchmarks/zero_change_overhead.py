@@ -7,9 +7,9 @@ falls on both): ``bare`` (no hpcprof) and ``zero-change`` (hpcprof.rank.auto ins
 forward pre-hook until the first forward, the model's own forward pre-hook, the optimizer post hook,
 a step record per step; the profiler configured with its window after the run's end). The ratio is
 of the medians of the per-step times. On this VM the loops' times move by 10-30% for seconds, which
-hides an overhead under 1%; so each loop is also timed with an empty step (an optimizer step on one
-scalar parameter, no model): the difference per step there IS zero-change mode's own cost, measured
-to a few microseconds.
+hides an overhead under 1%; so each loop is also timed with an empty step (the optimizer's step with
+no gradients, no forward): the difference per step there IS zero-change mode's own cost (the hook,
+the step record), measured to a few microseconds.
 
     .venv/bin/python benchmarks/zero_change_overhead.py [--step-ms 50] [--blocks 8] [--block-steps 10]
 """
@@ -43,7 +43,7 @@ def make_step(step_ms: float):
     step(10)
     per = (time.perf_counter() - t) / 10
     reps = max(1, round(step_ms / 1e3 / per))
-    return lambda: step(reps)
+    return (lambda: step(reps)), opt
 
 
 def timed(step, n: int) -> list[float]:
@@ -68,12 +68,10 @@ def main() -> None:
     from hpcprof.rank import auto
     from hpcprof.spec import JobSpec
 
-    step = make_step(args.step_ms)
-    w = torch.nn.Parameter(torch.zeros(()))
-    empty_opt = torch.optim.SGD([w], lr=0.0)
+    step, opt = make_step(args.step_ms)
 
-    def empty():
-        empty_opt.step()
+    def empty():  # the optimizer's step alone (no gradients: nothing to update): the hook path, no work
+        opt.step()
 
     bare_empty = statistics.median(timed(empty, args.empty_steps))
     bare: list[float] = []

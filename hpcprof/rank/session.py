@@ -36,7 +36,6 @@ Importable with torch alone: nothing here imports submitit or the analysis side.
 
 from __future__ import annotations
 
-import numbers
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +54,7 @@ from .failures import PeerWatch, disable_fatal_log, enable_fatal_log
 from .preemption import Preempted, requeue
 from .profiling import guarded_profiler
 from .startup import connect_rank, prepare_rank
-from .steploop import HpcprofUsageError, StepLoop
+from .steploop import HpcprofUsageError, SessionNotStarted, StepLoop, checked_batch_size
 from .timing import StepTimer
 from .trigger import TriggerRuntime
 
@@ -77,32 +76,10 @@ ACTIVE: "Run | None" = None
 """The session entered in this process (one at a time)."""
 
 
-MAX_BATCH_SIZE = 2**31 - 1
-"""The largest batch_size taken (samples per rank per step): beyond it a value is a mistake."""
-
 _SET_UP_ON_ENTER = frozenset({
     "rank", "world_size", "local_rank", "node", "rundir", "dir", "device", "backend", "use_cuda", "run", "renv", "drills", "ctrl_group", "agree_group", "failure", "writer",
     "timer", "trigger", "control"})
 """Attributes that exist once the session has started (or joined the job)."""
-
-
-class SessionNotStarted(HpcprofUsageError, AttributeError):
-    """What the session sets up when it starts, asked for before (an AttributeError too, so that
-    ``hasattr(run, "device")`` stays False there)."""
-
-
-def checked_batch_size(value: Any, where: str) -> int | None:
-    """`value` as a batch size (None stays None: unknown), or a one-line HpcprofUsageError naming
-    `where`: a bool, a float, a string, NaN, zero or a negative number would be recorded with every
-    step and turn the analysis' samples/s (and its count of finished steps) into nonsense."""
-    if value is None:
-        return None
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= int(value) <= MAX_BATCH_SIZE:
-        return int(value)
-    shown = repr(value)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    raise HpcprofUsageError(f"{where}: batch_size {shown} ({type(value).__name__}) is not a batch size; give the "
-                            f"samples per rank per step as a whole number from 1 to {MAX_BATCH_SIZE}, or None")
 
 
 class Run(StepLoop):

@@ -7,6 +7,7 @@ timer; so that preemption, triggered capture and drills act at the same step eve
 
 from __future__ import annotations
 
+import numbers
 import re
 import time
 from collections.abc import Iterable, Iterator
@@ -20,6 +21,28 @@ _REGION_RE = re.compile(REGION_NAME_RE)
 
 class HpcprofUsageError(RuntimeError):
     """The step-loop API was used in a way it cannot work (the message says how to fix it)."""
+
+
+MAX_BATCH_SIZE = 2**31 - 1
+"""The largest batch_size taken (samples per rank per step): beyond it a value is a mistake."""
+
+class SessionNotStarted(HpcprofUsageError, AttributeError):
+    """What the session sets up when it starts, asked for before (an AttributeError too, so that
+    ``hasattr(run, "device")`` stays False there)."""
+
+
+def checked_batch_size(value: Any, where: str) -> int | None:
+    """`value` as a batch size (None stays None: unknown), or a one-line HpcprofUsageError naming
+    `where`: a bool, a float, a string, NaN, zero or a negative number would be recorded with every
+    step and turn the analysis' samples/s (and its count of finished steps) into nonsense."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= int(value) <= MAX_BATCH_SIZE:
+        return int(value)
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise HpcprofUsageError(f"{where}: batch_size {shown} ({type(value).__name__}) is not a batch size; give the "
+                            f"samples per rank per step as a whole number from 1 to {MAX_BATCH_SIZE}, or None")
 
 
 class StepLoop:
@@ -201,7 +224,7 @@ _END = object()
 
 
 class _StepBlock:
-    def __init__(self, run: Run):
+    def __init__(self, run: StepLoop):
         self.run = run
 
     def __enter__(self) -> int:
