@@ -133,3 +133,47 @@ def hardware_warnings(arms: list[Arm], series: list[RunSeries]) -> list[str]:
             out.append(f"{a.label} ran {words(next(iter(mine)))}, the baseline {arms[0].label} {words(next(iter(base)))}: "
                        "samples/s and step time compare different hardware, not only the change")
     return out
+
+
+def user_grouped(a: Arm) -> bool:
+    """The user said the arm's runs are one configuration (--group-by spec, --group), so the spread
+    between its sets launched at different times is the machine's drift (timing.blocks)."""
+    return a.how == "--group" or a.how.startswith("runs of spec")
+
+
+def set_of(series: list[RunSeries]) -> dict[int, str]:
+    """Run -> the replicate set it was launched in (its group and spec); a run launched alone is a
+    set of its own."""
+    out = {}
+    for i, s in enumerate(series):
+        rep = _replicate(s)
+        out[i] = f"set {rep['group']} {_spec_key(s)}" if rep is not None else f"run {i}"
+    return out
+
+
+def round_of(series: list[RunSeries]) -> dict[int, int | None]:
+    """Run -> its replicate index (the round of an interleaved ladder), None when not recorded."""
+    out: dict[int, int | None] = {}
+    for i, s in enumerate(series):
+        k = (_replicate(s) or {}).get("index")
+        out[i] = k if isinstance(k, int) and not isinstance(k, bool) else None
+    return out
+
+
+def mixed_specs(arms: list[Arm], series: list[RunSeries]) -> tuple[list[str], set[int]]:
+    """Arms whose runs ran different specs (only --group can make one): a warning each, and their
+    positions. Their spread is the difference of the specs, not run-to-run noise: it goes into no
+    calibration (noise.json) and into no other arm's interval."""
+    warnings, mixed = [], set()
+    for k, a in enumerate(arms):
+        specs: dict[str, list[str]] = {}
+        for i in a.members:
+            key = _spec_key(series[i])
+            if key is not None:
+                specs.setdefault(key, []).append(series[i].label)
+        if len(specs) > 1:
+            mixed.add(k)
+            which = "; ".join(f"{', '.join(runs)}: spec {h[:12]}" for h, runs in specs.items())
+            warnings.append(f"{a.label}: its runs ran {len(specs)} different specs ({which}): they are not replicates of one "
+                            "configuration; their spread is not run-to-run noise and is not written to noise.json")
+    return warnings, mixed

@@ -8,11 +8,14 @@ noise.json (with replicates), tables/*.csv, plots/*.png and compare.html into --
 compare-<baseline>-vs-<last>) and prints a table: samples/s, step time, data-wait share, GPU idle
 share, and per arm the change against the baseline with its 95% interval, what the interval is made
 of (replicates, a calibration, or within-run only), a verdict (faster / slower / no significant
-change) and the smallest change the runs could detect.
+change) and the smallest change the runs could detect. Arms whose runs did not run interleaved in
+time get "not comparable in time" unless a calibration measured the machine's drift between runs
+launched apart (docs/compare.md, "Arms run apart in time"). One run given twice counts once.
 
     python -m hpcprof.compare runs/before-r1 runs/before-r2 runs/before-r3 runs/after-r1 runs/after-r2 runs/after-r3
     python -m hpcprof.compare --group old=runs/a,runs/b --group new=runs/c,runs/d
     python -m hpcprof.compare runs/x runs/y --noise compare-calibration     # one run each, noise from replicates run earlier
+    python -m hpcprof.compare runs/h1-r* runs/h2-r* --group-by spec --out calib   # healthy sets launched apart: noise and drift
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="an arm given explicitly (repeat the flag for each arm; the first is the baseline); replaces the positional runs")
     ap.add_argument("--noise", default=None, metavar="PCT|NOISE_JSON",
                     help="run-to-run noise for arms of one run each: a noise.json written by an earlier comparison of replicates "
-                         "(or its folder), or the SD between runs in percent (e.g. 4)")
+                         "(or its folder; with a drift, it also allows a verdict on arms run apart in time), or the SD between "
+                         "runs in percent (e.g. 4)")
     ap.add_argument("--no-op-deltas", action="store_true", help="skip the operator/kernel deltas (HTA TraceDiff)")
     ap.add_argument("--quiet", action="store_true", help="no progress output")
     a = ap.parse_args(argv)

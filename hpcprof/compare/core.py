@@ -11,10 +11,15 @@ has no step records (a trace folder: no batch size, so no samples/s).
 
 Like with like: when one run has no step records (a folder of traces), every run is measured on
 its profiled trace steps, since steady-state steps and profiled steps differ by the profiler's cost.
+
+Time: arms whose runs did not run interleaved get no faster/slower verdict unless a drift of the
+machine between the times is known (timing.py has the rule); an arm the user grouped as one
+configuration whose runs form blocks run at different times measures that drift (noise.json).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -24,10 +29,12 @@ import numpy as np
 
 from ..analysis.reduce.throughput import median_ci
 from ..rundir.state import describe
-from .arms import Arm, hardware_warnings, make_arms
-from .inputs import CompareError, Resolved, resolve
+from .arms import Arm, hardware_warnings, make_arms, mixed_specs, round_of, set_of, user_grouped
+from .inputs import CompareError, Resolved, check_dirs, distinct, resolve
+from .noise import CALIBRATED_METRICS
 from .series import RunSeries, load_series
-from .stats import MIN_CHANGE_PCT, MetricRuns, simple_change
+from .stats import MIN_CHANGE_PCT, MetricRuns, point, simple_change
+from .timing import RunTime, blocks, drift_noise, relation, run_time, span_words
 
 SIMPLE_FIGURES = ("gpu_idle_pct", "gpu_compute_pct", "gpu_non_compute_pct", "overlap_pct")
 METRICS = ("samples_per_s", "step_ms", "data_wait_pct")
@@ -42,7 +49,7 @@ def _arrays(s: RunSeries) -> dict[str, np.ndarray]:
     return out
 
 
-def run_row(s: RunSeries, arm: str, used: bool) -> dict[str, Any]:
+def run_row(s: RunSeries, arm: str, used: bool, when: RunTime) -> dict[str, Any]:
     a = _arrays(s)
     sps = median_ci(a["samples_per_s"])
     ms = median_ci(a["step_ms"])
@@ -55,6 +62,8 @@ def run_row(s: RunSeries, arm: str, used: bool) -> dict[str, Any]:
         "state": (s.run_state or {}).get("state") or "unknown",
         "state_line": describe(s.run_state),
         "replicate": rep,
+        "started": when.start.isoformat() if when.start else None,
+        "ended": when.end.isoformat() if when.end else None,
         "source": s.summary.get("source"),
         "analysis": str(s.analysis_dir),
         "device": s.figures["device"],
@@ -78,12 +87,13 @@ def _mean(values: list) -> float | None:
     return float(np.mean(v)) if v else None
 
 
-def arm_row(arm: Arm, rows: list[dict], metrics: dict[str, MetricRuns], k: int) -> dict[str, Any]:
+def arm_row(arm: Arm, rows: list[dict], metrics: dict[str, MetricRuns], k: int, times: list[RunTime]) -> dict[str, Any]:
     """One arm: its level per metric over its used runs, the interval, and every run as a point."""
     used = [rows[i] for i in arm.used] or [rows[i] for i in arm.members]
     out: dict[str, Any] = {
         "label": arm.label,
         "grouped_by": arm.how,
+        "ran": span_words([times[i] for i in (arm.used or arm.members)]),
         "runs": [rows[i]["label"] for i in arm.members],
         "runs_used": len(arm.used),
         "excluded": {rows[i]["label"]: why for i, why in arm.excluded.items()},
@@ -112,10 +122,12 @@ def arm_row(arm: Arm, rows: list[dict], metrics: dict[str, MetricRuns], k: int) 
     return out
 
 
-def arm_deltas(metrics: dict[str, MetricRuns], arms: list[Arm], arows: list[dict], k: int, min_change_pct: float) -> list[dict]:
+def arm_deltas(metrics: dict[str, MetricRuns], arms: list[Arm], arows: list[dict], k: int, min_change_pct: float,
+               times: list[RunTime]) -> list[dict]:
+    when = relation(arms[0].label, [times[i] for i in arms[0].used], arms[k].label, [times[i] for i in arms[k].used])
     out = []
     for m in METRICS:
-        out.append(metrics[m].change(k, 0, min_change_pct).as_dict())
+        out.append(metrics[m].change(k, 0, min_change_pct, when).as_dict())
     brow, row = arows[0], arows[k]
     for m in SIMPLE_FIGURES:
         out.append(simple_change(m, brow[m], row[m]).as_dict())
@@ -139,7 +151,7 @@ def arm_verdict(deltas: list[dict]) -> dict:
     key = "samples_per_s" if by["samples_per_s"]["change_pct"] is not None else "step_ms"
     d = by[key]
     keep = ("verdict", "change_pct", "ci_pct", "basis", "runs", "detectable_pct", "runs_needed", "within_run_ci_pct",
-            "within_run_verdict", "note")
+            "within_run_verdict", "note", "time")
     return {"by": key, **{k: d.get(k) for k in keep}}
 
 
@@ -151,6 +163,33 @@ def _like_with_like(series: list[RunSeries], resolved: list[Resolved], warnings:
     warnings.append(f"{', '.join(without)}: no step records (a folder of traces), so every run is compared on its profiled "
                     "trace steps, not on steady-state steps (the profiler slows the steps it traces)")
     return [load_series(r.label, r.analysis_dir, source="trace") if s.has_step_records else s for s, r in zip(series, resolved)]
+
+
+def measured_drift(arms: list[Arm], series: list[RunSeries], arrays: list[dict], skip: set[int], times: list[RunTime],
+                   metrics: dict[str, MetricRuns]) -> dict[str, Any]:
+    """metric -> the drift between blocks of runs launched apart (timing.drift_noise), measured on
+    the arms the user grouped as one configuration (not those of mixed specs)."""
+    sets, rounds = set_of(series), round_of(series)
+    found = []
+    for k, a in enumerate(arms):
+        if k in skip or not user_grouped(a):
+            continue
+        b = blocks(a.used, sets, rounds, times)
+        if b is not None:
+            groups, what = b
+            names = ", ".join("+".join(series[i].label for i in g) for g in groups)
+            found.append((f"{a.label}: {what} ({names})", groups))
+    out = {}
+    for m in CALIBRATED_METRICS:
+        if metrics[m].scale != "log" or not found:
+            continue
+        # a run's statistic as MetricRuns has it: the median (samples/s and step time alike)
+        arms_blocks = [(what, [[v for v in (point(arrays[i][m], "median") for i in g) if v is not None and v > 0] for g in groups])
+                       for what, groups in found]
+        d = drift_noise(arms_blocks, "log")
+        if d is not None:
+            out[m] = d
+    return out
 
 
 def compare(args: list[str], out: str | Path, workers: int | None = None, use_cache: bool = True, min_change_pct: float = MIN_CHANGE_PCT,
@@ -172,17 +211,22 @@ def compare(args: list[str], out: str | Path, workers: int | None = None, use_ca
     except NoiseError as exc:
         raise CompareError(str(exc)) from None
     explicit = None
+    if groups and args:
+        raise CompareError("give the runs either as arguments or in --group LABEL=RUN,RUN..., not both")
+    given = [(label, list(paths)) for label, paths in groups] if groups else [(None, list(args))]
+    if sum(len(p) for _, p in given) < 2:
+        raise CompareError("compare needs at least two runs: a baseline, then one or more runs to compare with it "
+                           "(or two or more replicates of one arm, to measure the run-to-run noise)")
+    check_dirs([a for _, paths in given for a in paths])
+    given, warnings = distinct(given)  # one run given twice is one run
     if groups:
-        if args:
-            raise CompareError("give the runs either as arguments or in --group LABEL=RUN,RUN..., not both")
         args, explicit, start = [], [], 0
-        for label, paths in groups:
+        for label, paths in given:
             explicit.append((label, list(range(start, start + len(paths)))))
             args += paths
             start += len(paths)
-    if len(args) < 2:
-        raise CompareError("compare needs at least two runs: a baseline, then one or more runs to compare with it "
-                           "(or two or more replicates of one arm, to measure the run-to-run noise)")
+    else:
+        args = given[0][1]
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -190,17 +234,23 @@ def compare(args: list[str], out: str | Path, workers: int | None = None, use_ca
         raise CompareError(f"cannot create the output folder {out} ({exc.strerror or exc})") from None
     resolved: list[Resolved] = resolve(args, out, workers=workers, use_cache=use_cache, progress=progress)
     series = [load_series(r.label, r.analysis_dir) for r in resolved]
-    warnings: list[str] = []
     arms = make_arms(series, resolved, group_by, explicit)
     if len(arms) == 1 and len(arms[0].members) < 2:
         raise CompareError("compare needs at least two arms, or one arm of two or more replicates")
     series = _like_with_like(series, resolved, warnings)
     arrays = [_arrays(s) for s in series]
     labels = [a.label for a in arms]
-    metrics = {m: MetricRuns(m, [[arrays[i][m] for i in a.used] for a in arms], labels, calibration) for m in METRICS}
+    mixed_warnings, mixed = mixed_specs(arms, series)
+    warnings += mixed_warnings
+    pool = [k for k in range(len(arms)) if k not in mixed]
+    metrics = {m: MetricRuns(m, [[arrays[i][m] for i in a.used] for a in arms], labels, calibration, pool) for m in METRICS}
+    times = [run_time(s.manifest) for s in series]
+    drift = measured_drift(arms, series, arrays, mixed, times, metrics)
+    for m, d in drift.items():
+        metrics[m].drift = d  # this comparison's own measure of the drift comes before a calibration's
     member_arm = {i: a for a in arms for i in a.members}
-    rows = [run_row(s, member_arm[i].label, i in member_arm[i].used) for i, s in enumerate(series)]
-    arows = [arm_row(a, rows, metrics, k) for k, a in enumerate(arms)]
+    rows = [run_row(s, member_arm[i].label, i in member_arm[i].used, times[i]) for i, s in enumerate(series)]
+    arows = [arm_row(a, rows, metrics, k, times) for k, a in enumerate(arms)]
     for a in arms:
         for i, why in a.excluded.items():
             warnings.append(f"{rows[i]['label']}: not used in the comparison: {why}")
@@ -210,7 +260,7 @@ def compare(args: list[str], out: str | Path, workers: int | None = None, use_ca
     op_summary = []
     first = [a.used[0] if a.used else a.members[0] for a in arms]
     for k in range(1, len(arms)):
-        d = arm_deltas(metrics, arms, arows, k, min_change_pct)
+        d = arm_deltas(metrics, arms, arows, k, min_change_pct, times)
         deltas.extend(d)
         arows[k]["vs_baseline"] = arm_verdict(d)
         if not op_deltas:
@@ -234,7 +284,7 @@ def compare(args: list[str], out: str | Path, workers: int | None = None, use_ca
         for w in s.summary.get("warnings") or []:
             if "distributedInfo" in w:
                 warnings.append(f"{s.label}: {w}")
-    noise_used = {m: mr.noise.as_dict() for m, mr in metrics.items() if mr.noise is not None}
+    noise_used = {m: dataclasses.replace(mr.noise, drift=mr.drift).as_dict() for m, mr in metrics.items() if mr.noise is not None}
     result: dict[str, Any] = {
         "baseline": arows[0]["label"],
         "min_change_pct": min_change_pct,
@@ -246,9 +296,12 @@ def compare(args: list[str], out: str | Path, workers: int | None = None, use_ca
         "op_deltas": op_summary,
         "warnings": warnings,
     }
-    measured = {m: mr.noise for m, mr in metrics.items() if mr.noise is not None and mr.noise.origin == "replicates"}
+    measured = {m: dataclasses.replace(mr.noise, drift=drift.get(m)) for m, mr in metrics.items()
+                if mr.noise is not None and mr.noise.origin == "replicates"}
     if measured:
-        result["noise_file"] = str(write_noise(out, measured, [{"label": a["label"], "runs": a["runs"]} for a in arows],
+        measured_arms = [{"label": a.label, "runs": [rows[i]["label"] for i in a.used]} for k, a in enumerate(arms)
+                         if k in pool and len(a.used) >= 2]  # the runs the spread was measured on
+        result["noise_file"] = str(write_noise(out, measured, measured_arms,
                                                {"device": arows[0]["device"], "ranks": arows[0]["ranks"],
                                                 "hosts": sorted({h for s in series for h in s.manifest.get("nodes") or []})}))
     else:

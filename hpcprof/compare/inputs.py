@@ -5,6 +5,16 @@ Why through `hpcprof.analysis.analyze`: it is the one place that turns traces in
 returns at once when its outputs are current (its inputs key), and it refuses to write into a
 read-only trace folder. A comparison therefore never re-implements an analysis and never shows a
 number that the run's own report does not show.
+
+Where an analysis goes: a run directory's into its own `analysis/` (where `analyze` puts it, so
+that the comparison reuses it and the run's report shows the same numbers), unless the run
+directory is read-only; any other folder (a folder of traces, a run's `traces/`) is the user's
+input and gets nothing written into it: its analysis goes under the comparison's output folder,
+`<out>/analyses/<label>/`.
+
+One run is one run: the same folder given twice (through a symlink, `./`, a trailing slash, or as
+a run directory and its analysis folder) counts once (`distinct`); two copies of a run made by a
+comparison of one run with itself were a "two-run arm" with a spread of 0.0%.
 """
 
 from __future__ import annotations
@@ -46,6 +56,61 @@ def _writable(p: Path) -> bool:
     return bool(p.stat().st_mode & 0o222) and os.access(p, os.W_OK)
 
 
+def _is_analysis(p: Path) -> bool:
+    return (p / "summary.json").is_file() and not (p / "traces").is_dir()
+
+
+def _is_run(p: Path) -> bool:
+    """A run directory (the analysis' own test: a manifest or a traces/ folder)."""
+    from ..rundir import RunDir
+
+    run = RunDir(p)
+    return run.manifest_path.is_file() or run.traces_dir.is_dir()
+
+
+def check_dirs(args: list[str]) -> None:
+    for a in args:  # every path checked before anything is analysed
+        if not Path(a).is_dir():
+            raise CompareError(f"{a}: not a directory; pass run directories (runs/<name>), analysis folders or trace folders")
+
+
+def run_key(a: str) -> Path:
+    """The run a path names, to spot one run given twice: the folder with symlinks, `.` and `..`
+    resolved; an analysis folder counts as the folder it analysed (its summary's `source`)."""
+    p = Path(a).resolve()
+    if _is_analysis(p):
+        src = _source_of(p)
+        if src is not None:
+            return src.resolve()
+    return p
+
+
+def distinct(groups: list[tuple[str | None, list[str]]]) -> tuple[list[tuple[str | None, list[str]]], list[str]]:
+    """The arguments with each run once, and a warning per run given twice; `groups`: the explicit
+    arms [(label, paths)], or [(None, the positional paths)]. One run in two explicit arms is an
+    error (which arm is it?); fewer than two runs left is "nothing to compare"."""
+    seen: dict[Path, tuple[str | None, str]] = {}
+    kept, warnings = [], []
+    for label, paths in groups:
+        mine = []
+        for a in paths:
+            key = run_key(a)
+            if key in seen:
+                other_label, other = seen[key]
+                if other_label != label:
+                    raise CompareError(f"{a} is in --group {other_label} (as {other}) and in --group {label}: a run belongs to one arm")
+                warnings.append(f"{a}: given twice (also as {other}, both {key}): counted once")
+                continue
+            seen[key] = (label, a)
+            mine.append(a)
+        kept.append((label, mine))
+    if len(seen) < 2:
+        named = " and ".join(dict.fromkeys(a for _, ps in groups for a in ps))
+        raise CompareError(f"nothing to compare: {named} are one run ({next(iter(seen))}); give a baseline and another run, "
+                           "or two or more replicates of one arm")
+    return kept, warnings
+
+
 def resolve(args: list[str], out_dir: Path, workers: int | None = None, use_cache: bool = True, progress: bool = True) -> list[Resolved]:
     """One Resolved per argument, in order (the first is the baseline)."""
     from ..analysis import AnalysisError, analyze
@@ -54,18 +119,16 @@ def resolve(args: list[str], out_dir: Path, workers: int | None = None, use_cach
         raise CompareError("compare needs at least two runs: a baseline, then one or more runs to compare with it")
     taken: set[str] = set()
     out: list[Resolved] = []
-    for a in args:  # every path checked before anything is analysed
-        if not Path(a).is_dir():
-            raise CompareError(f"{a}: not a directory; pass run directories (runs/<name>), analysis folders or trace folders")
+    check_dirs(args)
     for a in args:
         p = Path(a)
         label = _label(p, taken)
-        if (p / "summary.json").is_file() and not (p / "traces").is_dir():
+        if _is_analysis(p):
             analysis_dir = p  # an analysis folder: its summary names the source
             src = _source_of(p)
         else:
             src = p
-            analysis_dir = p / "analysis" if _writable(p) else out_dir / "analyses" / label
+            analysis_dir = p / "analysis" if _is_run(p) and _writable(p) else out_dir / "analyses" / label
             try:
                 analyze(src, out=analysis_dir, workers=workers, use_cache=use_cache, progress=progress)
             except AnalysisError as exc:

@@ -72,6 +72,10 @@ class Noise:
     scale: str = "log"
     origin: str = "replicates"
     """replicates (measured in this comparison) or calibration (--noise)."""
+    drift: "Noise | None" = None
+    """The drift of the machine between runs launched at different times (timing.py): the SD of
+    the level of a block of runs run together (a replicate set, a round of interleaved sets) between
+    blocks; None: not measured. Arms that did not run interleaved need it for a verdict."""
 
     def sd_pct(self, mean: float | None = None) -> float | None:
         """The SD in percent of the level (log scale), or of `mean` (linear scale)."""
@@ -80,9 +84,14 @@ class Noise:
         return 100.0 * self.sd / mean if mean else None
 
     def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {k: v for k, v in asdict(self).items() if k != "drift"}
         d["df"] = None if math.isinf(self.df) else self.df
         d["sd_pct"] = self.sd_pct() if self.scale == "log" else None
+        if self.drift is not None:
+            d["drift"] = self.drift.as_dict()
+            d["drift"].pop("drift")
+        else:
+            d["drift"] = None
         return d
 
 
@@ -133,14 +142,16 @@ def runs_needed(sd: float, df_rest: float, change: float, scale: str, base_level
 
 # ------------------------------------------------------------------------------ calibration files
 def write_noise(out: Path, noise: dict[str, Noise], arms: list[dict], context: dict[str, Any]) -> Path:
-    """noise.json: the measured run-to-run spread per metric, for later `--noise` use."""
+    """noise.json: the measured run-to-run spread per metric (with the drift between blocks of runs
+    launched apart, when measured), for later `--noise` use; `arms`: the arms and runs it measured."""
     from ..rundir.layout import atomic_write_text
 
     doc = {
         "hpcprof_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "what": "run-to-run spread of a run's median, measured on replicate runs; pass this file or its folder to "
-                "python -m hpcprof.compare --noise when comparing single runs on the same machine",
+        "what": "run-to-run spread of a run's median, measured on replicate runs (and, as drift, the spread of the level "
+                "of sets of runs launched apart); pass this file or its folder to python -m hpcprof.compare --noise when "
+                "comparing single runs, or arms that did not run interleaved, on the same machine",
         "metrics": {m: n.as_dict() for m, n in noise.items()},
         "arms": arms,
         **context,
@@ -150,9 +161,12 @@ def write_noise(out: Path, noise: dict[str, Noise], arms: list[dict], context: d
     return path
 
 
+
 def load_noise(value: str) -> dict[str, Noise]:
-    """--noise: a percentage (the run-to-run SD of samples/s and step time, e.g. 4 or 4%), or a
-    noise.json (or a folder holding one, or a ladder folder holding compare/noise.json)."""
+    """--noise: a percentage (the run-to-run SD of samples/s and step time, e.g. 4 or 4%; no drift),
+    or a noise.json (or a folder holding one, or a ladder folder holding compare/noise.json).
+    NoiseError, in one line naming the file and the field, for anything else: the file is the
+    user's to edit, so every field is checked for its type (a bool is not a number) and range."""
     text = str(value).strip()
     try:
         pct = float(text[:-1] if text.endswith("%") else text)
@@ -170,20 +184,96 @@ def load_noise(value: str) -> dict[str, Noise]:
         raise NoiseError(f"--noise {value}: neither a percentage nor a noise.json (nor a folder holding one); "
                          "compare replicate runs first (python -m hpcprof.submit ... --repeat 3, then compare them) to write one")
     try:
-        doc = json.loads(path.read_text())
-        metrics = doc["metrics"]
-        out = {}
-        for m in CALIBRATED_METRICS:
-            if m in metrics and metrics[m] and metrics[m].get("scale", "log") == "log":
-                e = metrics[m]
-                sd, df = float(e["sd"]), e.get("df")
-                df = math.inf if df is None else float(df)
-                if not (math.isfinite(sd) and sd >= 0 and df > 0):
-                    raise ValueError(f"metrics.{m}: sd {sd}, df {df}")
-                when = doc.get("created", "?")
-                out[m] = Noise(sd, df, f"calibration {path} ({e.get('source', 'replicates')}; written {when})", "log", "calibration")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise NoiseError(f"--noise {path}: not a readable noise.json ({type(exc).__name__}: {exc})") from None
+        out = _read_calibration(path)
+    except _Bad as exc:
+        raise NoiseError(f"--noise {path}: not a readable noise.json: {exc}") from None
     if not out:
         raise NoiseError(f"--noise {path}: holds no run-to-run spread of samples/s or step time")
+    return out
+
+
+class _Bad(ValueError):
+    """What is wrong with a calibration file, naming the field."""
+
+
+def _kind(x: Any) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, str):
+        return f"the text {x[:20]!r}"
+    return {type(None): "null", list: "a list", dict: "an object"}.get(type(x), type(x).__name__)
+
+
+def _number(x: Any, where: str) -> float:
+    """A JSON number as a finite float; a bool, a text or a number too large for a float is not one."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise _Bad(f"{where} is {_kind(x)}, not a number")
+    try:
+        v = float(x)
+    except OverflowError:
+        raise _Bad(f"{where} is a number too large for a float") from None
+    if not math.isfinite(v):
+        raise _Bad(f"{where} is {v}, not a finite number")
+    return v
+
+
+def _spread(e: Any, where: str) -> tuple[float, float]:
+    """(sd, df) of a metric entry or its drift: sd on the log scale, 0 or more, whose percentage is
+    a finite number; df above 0, or null (known exactly: a given spread)."""
+    if not isinstance(e, dict):
+        raise _Bad(f"{where} is {_kind(e)}, not an object")
+    if "sd" not in e:
+        raise _Bad(f"{where}.sd is missing")
+    sd = _number(e["sd"], f"{where}.sd")
+    if sd < 0:
+        raise _Bad(f"{where}.sd is {sd:g}: a spread is 0 or more")
+    try:
+        math.expm1(sd)
+    except OverflowError:
+        raise _Bad(f"{where}.sd is {sd:g}: too large for a spread on the log scale (its percentage overflows)") from None
+    df = e.get("df")
+    df = math.inf if df is None else _number(df, f"{where}.df")
+    if df <= 0:
+        raise _Bad(f"{where}.df is {df:g}: degrees of freedom are above 0")
+    return sd, df
+
+
+def _read_calibration(path: Path) -> dict[str, Noise]:
+    try:
+        doc = json.loads(path.read_text())
+    except RecursionError:
+        raise _Bad("nested too deeply to read (RecursionError)") from None
+    except OSError as exc:
+        raise _Bad(f"cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise _Bad(f"not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise _Bad(f"the file holds {_kind(doc)}, not an object")
+    if "metrics" not in doc:
+        raise _Bad("no field metrics")
+    metrics = doc["metrics"]
+    if not isinstance(metrics, dict):
+        raise _Bad(f"metrics is {_kind(metrics)}, not an object")
+    created = doc.get("created") if isinstance(doc.get("created"), str) else "?"
+    out = {}
+    for m in CALIBRATED_METRICS:
+        e = metrics.get(m)
+        if e is None:
+            continue
+        where = f"metrics.{m}"
+        if not isinstance(e, dict):
+            raise _Bad(f"{where} is {_kind(e)}, not an object")
+        scale = e.get("scale", "log")
+        if not isinstance(scale, str):
+            raise _Bad(f"{where}.scale is {_kind(scale)}, not \"log\" or \"linear\"")
+        if scale != "log":
+            continue  # a linear spread is in the unit of its comparison: not one for another comparison
+        sd, df = _spread(e, where)
+        source = e["source"] if isinstance(e.get("source"), str) else "replicates"
+        drift = None
+        if e.get("drift") is not None:
+            dsd, ddf = _spread(e["drift"], f"{where}.drift")
+            dsource = e["drift"]["source"] if isinstance(e["drift"].get("source"), str) else "sets launched apart"
+            drift = Noise(dsd, ddf, f"calibration {path} ({dsource}; written {created})", "log", "calibration")
+        out[m] = Noise(sd, df, f"calibration {path} ({source}; written {created})", "log", "calibration", drift)
     return out

@@ -22,7 +22,7 @@ from ..analysis.outputs.htmlparts import esc, table
 from ..analysis.outputs.report import CSS, _img
 from ..rundir.layout import atomic_write_text
 from .charts import charts
-from .stats import NOISE_UNKNOWN
+from .stats import NOISE_UNKNOWN, NOT_IN_TIME
 
 OWNED_TABLES = re.compile(r"^(ops|steps)_.+\.csv$")
 """Per-arm and per-run tables this module writes; stale ones (an earlier comparison) are removed."""
@@ -71,6 +71,8 @@ def arms_table(result: dict) -> pd.DataFrame:
             "ci_high_pct": _pair(v.get("ci_pct"), 1),
             "basis": v.get("basis"),
             "verdict": v.get("verdict", "baseline"),
+            "time": v.get("time"),
+            "ran": a.get("ran"),
             "detectable_pct": v.get("detectable_pct"),
             "runs_needed": v.get("runs_needed"),
             "steps_used": a["steps_used"],
@@ -86,7 +88,7 @@ def arms_table(result: dict) -> pd.DataFrame:
 
 def runs_table(result: dict) -> pd.DataFrame:
     cols = ["label", "arm", "used", "state", "samples_per_s", "step_ms", "data_wait_pct", "gpu_idle_pct", "steps_used", "step_source",
-            "device", "ranks", "state_line"]
+            "device", "ranks", "started", "state_line"]
     df = pd.DataFrame([{c: r[c] for c in cols} for r in result["runs"]])
     df["replicate"] = [(r["replicate"] or {}).get("index") for r in result["runs"]]
     return df.rename(columns={"label": "run"})
@@ -100,7 +102,7 @@ HTML_NAMES = {
     "change_pct": "Change (%)", "ci_low_pct": "Change, 95% CI low (%)", "ci_high_pct": "Change, 95% CI high (%)",
     "basis": "Interval from", "detectable_pct": "Detectable change (%)", "runs_needed": "Runs per arm needed",
     "within_run_ci_low_pct": "Within-run CI low (%)", "within_run_ci_high_pct": "Within-run CI high (%)", "within_run_verdict": "Within-run verdict",
-    "state_line": "Run state, in words", "replicate": "Replicate",
+    "state_line": "Run state, in words", "replicate": "Replicate", "time": "Arms in time", "ran": "Ran", "started": "Started",
 }
 """Column names on the page (the CSV files keep the raw names)."""
 
@@ -120,7 +122,9 @@ def _html(out: Path, result: dict, arms: pd.DataFrame, runs: pd.DataFrame, delta
         "replicates (or a calibration passed with --noise) it holds the run-to-run noise (t interval on the runs' "
         "medians, log scale); with one run each it covers only the steps within each run and gives no faster/slower "
         "verdict. A verdict needs the interval to exclude zero and a change of at least "
-        f"{esc(result['min_change_pct'])}%. 'Detectable' is the smallest change the arms see with 80% power.</p>")
+        f"{esc(result['min_change_pct'])}%. 'Detectable' is the smallest change the arms see with 80% power. Arms whose "
+        "runs did not run interleaved in time ('apart') get no faster/slower verdict unless a calibration measured the "
+        "machine's drift between runs launched apart; then the interval holds it.</p>")
     for m, nz in (result.get("noise") or {}).items():
         parts.append(f"<p>Run-to-run noise of {esc(m)}: SD {esc(_f(nz.get('sd_pct')))}% ({esc(nz['source'])}).</p>")
     if result["warnings"]:
@@ -156,6 +160,8 @@ def verdict_text(v: dict) -> str:
         return "baseline"
     if v.get("verdict") == NOISE_UNKNOWN and v.get("within_run_verdict"):
         return f"{v['within_run_verdict']} within the run; {NOISE_UNKNOWN}"
+    if v.get("time") == "apart" and not str(v.get("verdict", "")).startswith(NOT_IN_TIME):
+        return f"{v['verdict']} (ran apart in time; the interval holds the drift)"
     return v["verdict"]
 
 
@@ -212,6 +218,8 @@ def console_table(result: dict) -> str:
     for m, nz in (result.get("noise") or {}).items():
         if m == "samples_per_s" or (m == "step_ms" and "samples_per_s" not in result["noise"]):
             lines.append(f"run-to-run noise ({m}): SD {_f(nz.get('sd_pct'))}% from {nz['source']}")
+            if nz.get("drift"):
+                lines.append(f"drift between runs launched apart ({m}): SD {_f(nz['drift'].get('sd_pct'))}% from {nz['drift']['source']}")
     if result.get("noise_file"):
         lines.append(f"noise level written to {result['noise_file']} (pass --noise {Path(result['noise_file']).parent} when comparing single runs)")
     for warn in result["warnings"]:
@@ -239,7 +247,8 @@ def write_outputs(out: Path, result: dict[str, Any], series, op_tables: dict[str
             deltas[f"{stem}_high_pct"] = deltas[key].map(lambda c: c[1] if c else None)
         deltas["runs"] = deltas["runs"].map(lambda r: f"{r[0]} vs {r[1]}" if r else None)
         deltas = deltas[["arm", "baseline", "metric", "base", "value", "change_pct", "ci_low_pct", "ci_high_pct", "basis", "runs", "verdict",
-                         "detectable_pct", "runs_needed", "within_run_ci_low_pct", "within_run_ci_high_pct", "within_run_verdict", "note"]]
+                         "time", "detectable_pct", "runs_needed", "within_run_ci_low_pct", "within_run_ci_high_pct", "within_run_verdict",
+                         "note"]]
     tables = {}
     for name, df in (("arms", arms), ("runs", runs), ("deltas", deltas)):
         df.to_csv(out / "tables" / f"{name}.csv", index=False)

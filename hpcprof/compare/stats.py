@@ -32,6 +32,7 @@ import numpy as np
 
 from . import noise as rtr
 from .student import t_ppf
+from .timing import TimeRelation, welch_df
 
 N_BOOT = 2000
 SEED = 0
@@ -46,6 +47,8 @@ METRICS = {
 }
 NO_CHANGE = "no significant change"
 NOISE_UNKNOWN = "one run each: run-to-run noise unknown"
+NOT_IN_TIME = "not comparable in time"
+"""The verdict of arms run apart in time without a measured drift (timing.py): no faster/slower."""
 """The verdict of a change between single runs without a calibration: its within-run figure only."""
 BASES = ("replicates", "calibration", "within-run")
 """What an interval is made of: run-to-run noise measured on the arms' replicates, taken from a
@@ -76,12 +79,16 @@ class Change:
     """What the within-run interval alone would say (one run each only)."""
     note: str = ""
     """One sentence: what the interval is made of, what the arms can see, how many runs would do."""
+    time: str | None = None
+    """How the two arms' runs lie in time (timing.TimeRelation.kind): interleaved, apart (the
+    interval holds a measured drift, or there is no verdict) or unknown; None: not checked."""
 
     def as_dict(self) -> dict:
         return {"metric": self.metric, "base": self.base, "value": self.value, "change_pct": self.change_pct, "ci_pct": self.ci_pct,
                 "verdict": self.verdict, "basis": self.basis, "runs": self.runs, "noise": self.noise,
                 "detectable_pct": self.detectable_pct, "runs_needed": self.runs_needed,
-                "within_run_ci_pct": self.within_run_ci_pct, "within_run_verdict": self.within_run_verdict, "note": self.note}
+                "within_run_ci_pct": self.within_run_ci_pct, "within_run_verdict": self.within_run_verdict, "note": self.note,
+                "time": self.time}
 
 
 def point(x: np.ndarray, stat: str) -> float | None:
@@ -166,6 +173,12 @@ class MetricRuns:
     """The arms' labels (named in the noise's source)."""
     calibration: dict | None = None
     """--noise: metric -> noise.Noise, used when no arm has replicates."""
+    pool: list[int] | None = None
+    """The arms whose spread is the machine's run-to-run noise (`noise`); None: every arm. An arm of
+    runs of different specs is left out: their spread is not noise."""
+    drift: Any = None
+    """The drift between blocks of runs launched apart (timing.py), measured in this comparison;
+    when None, the calibration's (if it measured one)."""
     values: list[list[float]] = field(init=False)
     """Per arm, each usable run's statistic."""
     scale: str = field(init=False)
@@ -178,9 +191,14 @@ class MetricRuns:
         stat = METRICS[self.metric][0]
         self.values = [[v for v in (point(x, stat) for x in runs) if v is not None and math.isfinite(v)] for runs in self.arrays]
         self.scale = rtr.scale_of(self.values)
-        self.noise = rtr.pooled(self.values, self.scale, self.labels)
+        pool = range(len(self.values)) if self.pool is None else self.pool
+        self.noise = rtr.pooled([self.values[i] if i in pool else [] for i in range(len(self.values))], self.scale, self.labels)
         if self.noise is None and self.calibration and self.scale == "log":
             self.noise = self.calibration.get(self.metric)
+        if self.drift is None and self.calibration and self.scale == "log" and self.calibration.get(self.metric) is not None:
+            self.drift = self.calibration[self.metric].drift
+        if self.scale != "log":
+            self.drift = None  # measured on the log scale: relative
 
     def noise_for(self, arms: list[int]) -> Any:
         """The run-to-run noise for these arms: their own replicates, else the comparison's, else
@@ -216,8 +234,9 @@ class MetricRuns:
             lo, hi = math.exp(lo), math.exp(hi)
         return [float(lo), float(hi)], nz.origin
 
-    def change(self, i: int, base: int = 0, min_change_pct: float = MIN_CHANGE_PCT) -> Change:
-        """Arm i against the baseline arm."""
+    def change(self, i: int, base: int = 0, min_change_pct: float = MIN_CHANGE_PCT, time: TimeRelation | None = None) -> Change:
+        """Arm i against the baseline arm. `time`: how their runs lie in time (timing.relation); arms
+        run apart get no verdict unless a drift is known, which their interval then holds."""
         stat, direction = METRICS[self.metric]
         vb, vt = self.values[base], self.values[i]
         b, t = self.level(base), self.level(i)
@@ -234,22 +253,32 @@ class MetricRuns:
             xt = next(x for x in self.arrays[i] if point(x, stat) is not None)
             within = compare_metric(self.metric, xb, xt, min_change_pct)
         nz = self.noise_for([base, i])
+        kind = time.kind if time is not None else None
         if nz is None:
             if within is None:  # cannot happen: a run with 2+ runs always gives a noise level
                 return Change(self.metric, b, t, change, None, "not enough runs for an interval", runs=runs)
             note = ("one run each: run-to-run noise unknown, so the interval covers the steps of each run only; "
                     "repeat the runs (--repeat 3) or pass --noise from a calibration for a verdict")
             return Change(self.metric, b, t, within.change_pct, within.ci_pct, NOISE_UNKNOWN if within.ci_pct else within.verdict,
-                          "within-run", runs, None, None, None, within.ci_pct, within.verdict, note)
-        se = math.sqrt(max(nz.sd ** 2 * (1 / runs[0] + 1 / runs[1]), self._within_se2(base) + self._within_se2(i)))
-        h = t_ppf(0.5 + LEVEL / 2, nz.df) * se
+                          "within-run", runs, None, None, None, within.ci_pct, within.verdict, note, kind)
+        drift = self.drift if kind == "apart" else None
+        var = max(nz.sd ** 2 * (1 / runs[0] + 1 / runs[1]), self._within_se2(base) + self._within_se2(i))
+        df = nz.df
+        if drift is not None:  # arms run apart: each arm's level also moved with the machine
+            df = welch_df([(var, nz.df), (2 * drift.sd ** 2, drift.df)])
+            var += 2 * drift.sd ** 2
+        se = math.sqrt(var)
+        h = t_ppf(0.5 + LEVEL / 2, df) * se
         lo, hi = rtr.to_pct(d - h, self.scale, yb), rtr.to_pct(d + h, self.scale, yb)
+        if kind == "apart" and drift is None:
+            return Change(self.metric, b, t, change, [lo, hi], f"{NOT_IN_TIME}: {time.words}", nz.origin, runs, nz.as_dict(),
+                          None, None, within.ci_pct if within else None, within.verdict if within else None, time.note, kind)
         significant = (lo > 0 or hi < 0) and abs(change) >= min_change_pct
         verdict = verdict_word(self.metric, change, direction) if significant else NO_CHANGE
-        mde = abs(rtr.to_pct(rtr.detectable(se, nz.df), self.scale, yb))
+        mde = abs(rtr.to_pct(rtr.detectable(se, df), self.scale, yb))
         df_rest = nz.df - (runs[0] - 1) - (runs[1] - 1) if nz.origin == "replicates" else nz.df
         needed = None
-        if not significant and abs(change) >= min_change_pct:
+        if not significant and abs(change) >= min_change_pct and drift is None:  # more runs do not shrink a drift
             needed = rtr.runs_needed(nz.sd, max(df_rest, 0.0), change, self.scale, yb)
         sd_pct = nz.sd_pct(yb)
         each = f"{runs[0]} runs per arm" if runs[0] == runs[1] else f"{runs[0]} and {runs[1]} runs"
@@ -260,10 +289,15 @@ class MetricRuns:
                 note += f"; this change ({change:+.1f}%) is below --min-change-pct {min_change_pct:g}%"
             elif needed:
                 note += f"; this change is {abs(change):.1f}%: run {needed} per arm to see it"
-            else:
+            elif drift is None:
                 note += f"; this change is {abs(change):.1f}%: more than {rtr.MAX_RUNS_NEEDED} runs per arm would be needed"
+        if drift is not None:
+            note += (f"; the arms ran apart in time ({time.words}), so the interval holds the drift between them: SD "
+                     f"{drift.sd_pct(yb):.1f}% from {drift.source}")
+        elif kind == "unknown":
+            note += f"; {time.note}"
         return Change(self.metric, b, t, change, [lo, hi], verdict, nz.origin, runs, nz.as_dict(), mde, needed,
-                      within.ci_pct if within else None, within.verdict if within else None, note)
+                      within.ci_pct if within else None, within.verdict if within else None, note, kind)
 
 
 def simple_change(metric: str, base: float | None, value: float | None) -> Change:
