@@ -38,10 +38,14 @@ def make_step(step_ms: float):
         opt.step()
         opt.zero_grad()
 
-    step(3)
-    t = time.perf_counter()
-    step(10)
-    per = (time.perf_counter() - t) / 10
+    step(3)  # warm-up: thread pools and allocations
+
+    def per_rep(n: int) -> float:
+        t = time.perf_counter()
+        step(n)
+        return (time.perf_counter() - t) / n
+
+    per = min(per_rep(20) for _ in range(3))
     reps = max(1, round(step_ms / 1e3 / per))
     return (lambda: step(reps)), opt
 
@@ -80,6 +84,7 @@ def main() -> None:
         spec = JobSpec()
         spec.runs_dir, spec.name = tmp, "bench-zero-change"
         spec.profiler.wait = 10 * (args.blocks * args.block_steps + args.empty_steps)  # a window that never comes
+        spec.profiler.enabled = os.environ.get("BENCH_PROFILER", "1") == "1"
         spec.train.steps = spec.profiler.wait + 10
         watcher = auto.install(spec, None, None, launched=False)
         ours: list[float] = []
