@@ -113,3 +113,21 @@ def test_an_error_in_training_step_leaves_the_failure_note_at_its_optimizer_step
     # batches 4 and 5 make optimizer step 2: the note names it, the two steps before it are recorded
     assert note["rank"] == 0 and note["step"] == 2 and "bad batch 5" in note["error"]
     assert [r["step"] for r in run.read_steps(0)] == [0, 1]
+
+
+def test_the_same_lightning_script_runs_under_hpcprof_submit(tmp_path):
+    """Under ``hpcprof.submit --script`` the ranks start with torchrun's environment (RANK,
+    LOCAL_RANK, TORCHELASTIC_RUN_ID...), so Lightning uses them as torchrun's workers instead of
+    starting its own (which deadlocked until gloo's timeout)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "train.py").write_text(DDP_SCRIPT)
+    proc = subprocess.run([sys.executable, "-m", "hpcprof.submit", "--cluster", "local", "--runs-dir", "runs",
+                           "--name", "lit", "--script", "train.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = RunDir(tmp_path / "runs" / "lit")
+    for rank in (0, 1):
+        assert len(run.read_steps(rank)) == optimizer_steps(tmp_path, rank) == 12
+    assert run.read_manifest()["attempts"][-1]["process_group"] == "script"
