@@ -131,3 +131,18 @@ def test_the_same_lightning_script_runs_under_hpcprof_submit(tmp_path):
     for rank in (0, 1):
         assert len(run.read_steps(rank)) == optimizer_steps(tmp_path, rank) == 12
     assert run.read_manifest()["attempts"][-1]["process_group"] == "script"
+
+
+def test_a_lightning_script_without_the_callback_runs_in_zero_change_mode(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "train.py").write_text(DDP_SCRIPT.replace("callbacks=[HpcprofCallback()], ", ""))
+    proc = subprocess.run([sys.executable, "-m", "hpcprof.submit", "--cluster", "local", "--runs-dir", "runs",
+                           "--name", "plain", "--script", "train.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = RunDir(tmp_path / "runs" / "plain")
+    for rank in (0, 1):  # one record per optimizer step, counted from the optimizer's own hook
+        assert len(run.read_steps(rank)) == optimizer_steps(tmp_path, rank) == 12
+    assert run.read_manifest()["attempts"][-1]["steps_source"] == "optimizer"
