@@ -194,3 +194,13 @@ def test_a_straggler_drill_on_an_unchanged_script_names_rank1_with_its_in_run_co
     summary = analyze(run_dir, out=tmp_path / "a", workers=2, progress=False)
     figure = assert_straggler_drill_verdict(summary, truth, rank=1, run=run_dir)
     print(f"unchanged GPT script drill: {figure}")
+
+
+def test_ranks_that_fail_with_the_same_error_are_not_called_peer_failures(tmp_path):
+    """Every rank of a script that fails on its own (here: a variable it expects and nobody sets)
+    hit the error itself: none 'stopped after' another."""
+    (tmp_path / "train.py").write_text("import os\nworld = int(os.environ['MY_CLUSTER_WORLD'])\n")
+    proc = _submit(tmp_path, "bad", "train.py", [])
+    assert proc.returncode == 1
+    assert "failed at step None: KeyError: 'MY_CLUSTER_WORLD'" in proc.stdout
+    assert "failed too, with the same error" in proc.stdout and "peer failure" not in proc.stdout, proc.stdout

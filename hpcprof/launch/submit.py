@@ -218,7 +218,13 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
             f"hpcprof: rank {rank} on node {node} failed at step {root.get('step')}: {root.get('error')}\n"
             f"hpcprof: {'its last words, if any, are' if root.get('silent') else 'traceback'} in {log_path}"
         )
-        others = sorted({f["rank"] for f in failures if f["rank"] != rank} | {o["rank"] for o in failed if o["rank"] != rank})
+        own = sorted({f["rank"] for f in failures if f["rank"] != rank and not f.get("peer_failure")})
+        others = sorted(({f["rank"] for f in failures if f["rank"] != rank} | {o["rank"] for o in failed if o["rank"] != rank})
+                        - set(own))
+        if own:  # ranks that hit an error of their own (often the same one), not a peer's failure
+            same = all(str(f.get("error")) == str(root.get("error")) for f in failures if f["rank"] in own)
+            log(f"hpcprof: rank(s) {', '.join(map(str, own))} failed too, "
+                + ("with the same error" if same else "each with an error of its own (see failures/)"))
         if others:
             log(f"hpcprof: rank(s) {', '.join(map(str, others))} stopped after it (peer failure)")
     else:
