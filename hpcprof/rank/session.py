@@ -207,7 +207,10 @@ class Run:
             raise HpcprofUsageError("hpcprof.run() inside the block of another hpcprof.run() in the same process: one "
                                     f"session per process (the running one writes {_ACTIVE.dir}); use its `run`")
         self._entered = True
-        rank = start_rank(self.spec, self._run_root, self._log, self._launched)
+        try:
+            rank = start_rank(self.spec, self._run_root, self._log, self._launched)
+        except SpecError as exc:  # the spec cannot run in this world (a drill naming a rank it lacks)
+            raise HpcprofUsageError(f"hpcprof.run(): {exc}") from None
         self.renv, self.device, self.backend, self.run = rank.renv, rank.device, rank.backend, rank.run
         self.use_cuda = self.device.type == "cuda"
         self.ctrl_group, self.agree_group, self._owns_pg = rank.ctrl_group, rank.agree_group, rank.owns_pg
