@@ -47,3 +47,56 @@ def test_drills_naming_ranks_outside_a_torchrun_world_are_refused_at_start_up_an
     said = "HpcprofUsageError: hpcprof.run(): drills.straggler: rank 9 does not exist (world size 2)"
     assert proc.stderr.count(said) >= 2, proc.stderr[-3000:]  # each rank says it
     assert not (tmp_path / "runs").exists()  # no run directory, no manifest recording the drills
+
+
+FORKING_RANK = '''
+    import os, time, torch, torch.nn as nn
+    import hpcprof
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    with hpcprof.run(batch_size=4) as run:
+        ddp = DDP(nn.Linear(8, 8).to(run.device))
+        for step in run.steps():
+            if run.rank == 0 and step == 2:
+                pid = os.fork()
+                if pid == 0:  # the child: stuck, as one hung in a library's destructor is
+                    time.sleep(3600)
+                    os._exit(0)
+                (run.dir / "child.pid").write_text(str(pid))
+            if run.rank == 0 and step == 3 and {exit_early}:
+                os._exit(5)
+            ddp(torch.randn(4, 8)).sum().backward()
+'''
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("ending", ["rank ends normally", "rank ends by os._exit"])
+def test_a_child_a_rank_forked_does_not_outlive_the_job(tmp_path, ending):
+    """Issue 37 item 13: a forked child of a rank was left running after the job (parent PID 1) and,
+    holding the rank's sockets, made its peer wait for the process group's timeout. Rank 0 forks a
+    child that never ends; when submit returns it is gone. When rank 0 ends by os._exit (nothing
+    of it runs to end the child), rank 1 sees the connection close (a peer_closed note) instead of
+    waiting out the timeout (120 s here)."""
+    early = ending == "rank ends by os._exit"
+    proc = _submit(tmp_path, FORKING_RANK.replace("{exit_early}", str(early)), "--name", "fork", "--train-steps", "8",
+                   "--train-pg-timeout-s", "120")
+    run = RunDir(tmp_path / "runs" / "fork")
+    child = int((run.root / "child.pid").read_text())
+    try:
+        assert not _running(child), f"rank 0's child {child} outlived the job"
+    finally:
+        if _running(child):
+            os.kill(child, signal.SIGKILL)
+    if not early:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    notes = {n["rank"]: n for n in run.read_failures()}
+    assert list(notes) == [1] and notes[1]["kind"] == "peer_closed", notes
+    assert _blame_line(proc).startswith("hpcprof: rank 0 on node"), proc.stdout

@@ -17,6 +17,7 @@ import signal
 import time
 from typing import Any, Iterator
 
+from ..lifetime import end_orphaned_group
 from ..rundir import RunDir, RunDirError
 from ..rundir import manifest as run_manifest
 from ..rundir.state import pid_alive, rank_entries_here
@@ -118,13 +119,24 @@ def children_of(pid: int) -> list[int]:
         return []
 
 
+def end_leftovers(manifest: dict) -> list[int]:
+    """After a local job: SIGKILL to what is left in the process groups of its ranks (each rank
+    leads its own: hpcprof.rank.task), e.g. a child of a rank that ended by os._exit or SIGKILL and
+    so could not end it itself. Returns the pids signalled."""
+    left: list[int] = []
+    for pid in rank_pids_here(manifest):
+        left += end_orphaned_group(pid)
+    return left
+
+
 def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]:
     """Stop a local submitit job and every process it runs: SIGINT to the ranks (the controller's
     children and the manifest's rank pids: each stops where it is, its peers see the closed
     connection; the controller then sees every rank gone and exits quietly), or to the controller
     when there are no ranks yet (it forwards SIGINT, then SIGKILL, to them; its KeyboardInterrupt
     goes to logs/submitit-controller.log); after `grace_s`, SIGKILL to whatever of it is still
-    alive. Returns the pids that had to be killed."""
+    alive, and to what the ranks left in their process groups (:func:`end_leftovers`). Returns the
+    pids that had to be killed."""
     process = getattr(job, "_process", None)
     # the ranks: the controller's children (started before rank 0 could list them) and the manifest's
     pids = sorted(set(rank_pids_here(manifest)) | set(children_of(process.pid) if process is not None else []))
@@ -139,7 +151,7 @@ def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]
     while time.time() < deadline:
         controller_done = process is None or process.poll() is not None
         if controller_done and not any(_alive(p) for p in pids):
-            return []
+            return end_leftovers(manifest)
         time.sleep(0.1)
     killed = []
     for pid in pids + ([process.pid] if process is not None and process.poll() is None else []):
@@ -150,7 +162,7 @@ def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]
     if process is not None:
         with contextlib.suppress(Exception):
             process.wait(timeout=10)
-    return killed
+    return killed + end_leftovers(manifest)
 
 
 # faulthandler's first line -> how a rank died of a fatal signal, in words a user can act on

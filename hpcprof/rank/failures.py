@@ -28,6 +28,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
+from ..lifetime import end_own_group
 from ..rundir import FATAL_TEMPLATE, FailureNote, RunDir, atomic_write_text, rank_from_name
 from .drills import DrillCrash
 
@@ -194,4 +195,5 @@ class PeerWatch:
                     self.on_stop()
                 except Exception:
                     pass
+            end_own_group()
             os._exit(1)
