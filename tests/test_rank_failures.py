@@ -31,6 +31,46 @@ def _blame_line(proc: subprocess.CompletedProcess) -> str:
     return next(ln for ln in proc.stdout.splitlines() if ln.startswith("hpcprof: rank") and "at step" in ln)
 
 
+EXITING_RANK = '''
+    import os, sys, torch, torch.nn as nn
+    import hpcprof
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    with hpcprof.run(batch_size=4) as run:
+        ddp = DDP(nn.Linear(8, 8).to(run.device))
+        for step in run.steps():
+            if run.rank == 1 and step == 3:
+                {exit}
+            ddp(torch.randn(4, 8)).sum().backward()
+'''
+
+
+def test_a_rank_that_calls_sys_exit_is_named_with_its_exit_code_and_leaves_a_note(tmp_path):
+    """Issue 37 item 2: sys.exit(3) on one rank was reported as SIGKILL ("killed by a signal it cannot
+    catch ... OOM killer or kill -9"), with no failure note and no exit code."""
+    proc = _submit(tmp_path, EXITING_RANK.replace("{exit}", "sys.exit(3)"), "--name", "exit3", "--train-steps", "8",
+                   "--train-pg-timeout-s", "60")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    blame = _blame_line(proc)
+    assert blame.startswith("hpcprof: rank 1 on node") and "at step 3" in blame, proc.stdout
+    assert "exited with code 3 (sys.exit(3))" in blame and "SIGKILL" not in blame, blame
+    notes = {n["rank"]: n for n in RunDir(tmp_path / "runs" / "exit3").read_failures()}
+    assert notes[1]["kind"] == "error" and notes[1]["peer_failure"] is False and notes[1]["step"] == 3
+    assert notes[0]["peer_failure"] is True
+    assert RunDir(tmp_path / "runs" / "exit3").read_manifest()["outcome"]["first_failure"]["rank"] == 1
+
+
+def test_a_rank_that_calls_os_exit_is_named_without_claiming_it_was_killed(tmp_path):
+    """Issue 37 item 2, os._exit(7): no Python runs, so no note and no exit code reach hpcprof under
+    the local executor; the rank is named, and SIGKILL is no longer given as the only explanation."""
+    proc = _submit(tmp_path, EXITING_RANK.replace("{exit}", "os._exit(7)"), "--name", "exit7", "--train-steps", "8",
+                   "--train-pg-timeout-s", "60")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    blame = _blame_line(proc)
+    assert blame.startswith("hpcprof: rank 1 on node") and "at step 3" in blame, proc.stdout
+    assert "ended without a failure note" in blame and "os._exit()" in blame, blame
+
+
 def test_drills_naming_ranks_outside_a_torchrun_world_are_refused_at_start_up_and_not_recorded(tmp_path):
     """Issue 37 item 8: under torchrun, drills on ranks 9 and 7 of a world of 2 were silently ignored
     (submit refuses them) yet recorded in the manifest as drills of the run."""

@@ -208,8 +208,9 @@ def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dic
         cause = fatal_cause(fatal.get(r))
         return {
             "rank": r, "step": step, "silent": True, "node": None, "log": None,
-            "error": cause or ("died without a failure note: killed by a signal it cannot catch (SIGKILL: the OOM "
-                               "killer or kill -9) or its node was lost"),
+            "error": cause or ("ended without a failure note: killed by a signal it cannot catch (SIGKILL: the OOM "
+                               "killer or kill -9), os._exit() or an exit from native code (its exit code is not "
+                               "known here), or its node was lost"),
         }
     if failures:
         return dict(failures[0], silent=False)

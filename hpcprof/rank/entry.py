@@ -31,7 +31,7 @@ def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> Any:
     (user code failing before ``hpcprof.run()``, say) gets its failure note here."""
     from . import session
     from .env import detect_rank_env
-    from .failures import FailureContext
+    from .failures import FailureContext, exit_code
     from .workload import run_workload
 
     run = RunDir(run_root)
@@ -39,10 +39,12 @@ def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> Any:
     session.LAUNCH = session.LaunchContext(spec, str(run.root), log)
     try:
         return run_workload(spec)
-    except (SystemExit, KeyboardInterrupt):
+    except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        if not FailureContext.was_recorded(exc):
+        # every error gets its note; an exit too, when it says the code failed (sys.exit(3), argparse's 2)
+        quiet = isinstance(exc, SystemExit) and exit_code(exc) == 0
+        if not quiet and not FailureContext.was_recorded(exc):
             renv = detect_rank_env()
             FailureContext(run, renv.rank, renv.node, log).record(exc)
         raise

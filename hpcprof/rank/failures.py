@@ -50,11 +50,22 @@ def classify(exc: BaseException) -> tuple[str, bool]:
     peer_stopped, nccl_remote, nccl, oom, peer_timeout, peer_closed, error."""
     if isinstance(exc, DrillCrash):
         return "drill", False
+    if isinstance(exc, SystemExit):  # sys.exit(code) of the training code on this rank
+        return "error", False
     text = f"{type(exc).__name__}: {exc}"
     for kind, peer, needles in _KINDS:
         if any(n in text for n in needles):
             return kind, peer
     return "error", False
+
+
+def exit_code(exc: SystemExit) -> int:
+    """The exit status a SystemExit gives the process: 0 for None, the int given, else 1 (Python
+    prints a message given to sys.exit and exits with 1)."""
+    code = exc.code
+    if code is None:
+        return 0
+    return int(code) if isinstance(code, int) else 1
 
 
 class PeerStopped(RuntimeError):
@@ -78,13 +89,16 @@ class FailureContext:
 
     def note(self, exc: BaseException) -> FailureNote:
         kind, peer = classify(exc)
+        error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, SystemExit):
+            error = f"SystemExit: the training code exited with code {exit_code(exc)} (sys.exit({exc.code!r}))"
         return FailureNote(
             rank=self.rank,
             node=self.node,
             pid=os.getpid(),
             step=self.step,
             time=time.time(),
-            error=f"{type(exc).__name__}: {exc}"[:2000],
+            error=error[:2000],
             peer_failure=peer,
             traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
             log=self.log,
@@ -93,8 +107,17 @@ class FailureContext:
 
     @staticmethod
     def was_recorded(exc: BaseException) -> bool:
-        """Whether a note was written for this exception already (by the step loop's session)."""
+        """Whether this exception is settled: a note was written for it already (by the step loop's
+        session), or it needs none (:meth:`settle`)."""
         return bool(getattr(exc, "__hpcprof_noted__", False))
+
+    @staticmethod
+    def settle(exc: BaseException) -> None:
+        """No note for this exception, here or further up (the SystemExit of a requeue)."""
+        try:
+            exc.__hpcprof_noted__ = True  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
 
     def record(self, exc: BaseException) -> None:
         """Write the note (once per exception); a failure to write it never hides the original error."""

@@ -51,7 +51,7 @@ from .checkpoint import load_checkpoint
 from .control import ControlChannel
 from .device import DeviceError
 from .drills import RankDrills
-from .failures import PeerWatch, disable_fatal_log, enable_fatal_log
+from .failures import FailureContext, PeerWatch, disable_fatal_log, enable_fatal_log, exit_code
 from .preemption import Preempted, requeue
 from .profiling import make_profiler
 from .startup import start_rank
@@ -133,6 +133,7 @@ class Run:
         self._next_step = 0
         self._entered = False
         self._closed = False
+        self._requeued = False
         self._saver: Callable[[], Any] | None = None
         self._resume: dict | None = None
         self._owns_pg = False
@@ -432,6 +433,7 @@ class Run:
         self.writer.close()
         with _suppress():
             self.prof.__exit__(None, None, None)
+        self._requeued = True
         requeue(self.renv, self.control.original_handler)
 
     # ------------------------------------------------------------------ tear-down
@@ -446,6 +448,10 @@ class Run:
             self._close_clean()
             return False
         if isinstance(exc, (SystemExit, KeyboardInterrupt, GeneratorExit, Preempted)):
+            if isinstance(exc, SystemExit) and self._requeued:
+                FailureContext.settle(exc)  # the requeue's own exit
+            elif isinstance(exc, SystemExit) and exit_code(exc) != 0:
+                self.failure.record(exc)  # sys.exit(3) in the training code: a failure, with its code
             self._tail = None
             with _suppress():
                 self.timer.close(block=False)
