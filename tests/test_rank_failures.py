@@ -31,6 +31,39 @@ def _blame_line(proc: subprocess.CompletedProcess) -> str:
     return next(ln for ln in proc.stdout.splitlines() if ln.startswith("hpcprof: rank") and "at step" in ln)
 
 
+HUNG_RANK = '''
+    import time, torch, torch.nn as nn
+    import hpcprof
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    with hpcprof.run(batch_size=4) as run:
+        ddp = DDP(nn.Linear(8, 8).to(run.device))
+        for step in run.steps():
+            if run.rank == 1 and step == 3:
+                time.sleep(3600)  # hung: never reaches the all-reduce its peer waits in
+            ddp(torch.randn(4, 8)).sum().backward()
+'''
+
+
+def test_a_hung_rank_is_named_not_the_healthy_rank_that_timed_out_waiting_for_it(tmp_path):
+    """Issue 37 item 1: rank 1 sleeps forever at step 3; rank 0 waits in DDP's all-reduce until the
+    process group's timeout (20 s) and raises gloo's "Timed out waiting 20000ms for recv". That was
+    filed as rank 0's own error ("rank 0 failed at step 3", rank 1 "stopped after it"). Rank 0 is a
+    peer timeout; rank 1, which never timed out, is the one that did not answer."""
+    proc = _submit(tmp_path, HUNG_RANK, "--name", "hung", "--train-steps", "8", "--train-pg-timeout-s", "20")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    blame = _blame_line(proc)
+    assert blame.startswith("hpcprof: rank 1 on node") and "did not answer" in blame and "at step 3" in blame, proc.stdout
+    assert "rank 0 timed out waiting" in blame, blame
+    run = RunDir(tmp_path / "runs" / "hung")
+    notes = {n["rank"]: n for n in run.read_failures()}
+    assert notes[0]["kind"] == "peer_timeout" and notes[0]["peer_failure"] is True and notes[0]["step"] == 3
+    assert "Timed out waiting" in notes[0]["error"]
+    assert notes[1]["kind"] == "peer_stopped" and notes[1]["step"] == 3
+    first = run.read_manifest()["outcome"]["first_failure"]
+    assert first["rank"] == 1 and first["step"] == 3 and "did not answer" in first["error"]
+
+
 EXITING_RANK = '''
     import os, sys, torch, torch.nn as nn
     import hpcprof

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from ..lifetime import end_orphaned_group
 from ..rundir import RunDir, RunDirError
+from ..rundir.records import unanswered
 from ..rundir import manifest as run_manifest
 from ..rundir.state import pid_alive, rank_entries_here
 from .executors import LaunchError
@@ -193,7 +194,9 @@ def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dic
     that left no note at all (it could not write one: a fatal signal in native code, which
     faulthandler records in `fatal` (rank -> its text), or SIGKILL, as the OOM killer or `kill -9`
     do, or its node was lost), since every Python error writes one and its peers only report the
-    closed connection; else the earliest note. `last_steps`: rank -> last recorded step.
+    closed connection; else, when a rank timed out waiting in a collective, the rank that did not
+    answer (:func:`hpcprof.rundir.records.unanswered`: never a rank that timed out waiting; rank
+    None when it is not known); else the earliest note. `last_steps`: rank -> last recorded step.
     Returns {"rank", "step", "error", "node", "log", "silent"} or None."""
     root = next((f for f in failures if not f.get("peer_failure")), None)
     if root is not None:
@@ -201,17 +204,24 @@ def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dic
     noted = {f.get("rank") for f in failures}
     fatal = fatal or {}
     silent = [r for r in set(failed_ranks) | set(fatal) if r not in noted]
+    waited = unanswered(failures)
     if silent:
         # a rank with a fatal signal on record first, then the one that stopped first
         r = min(silent, key=lambda x: (x not in fatal, last_steps.get(x, -1), x))
         step = last_steps.get(r, -1) + 1
         cause = fatal_cause(fatal.get(r))
+        if cause is None and waited is not None:
+            who = ", ".join(map(str, waited["waiting"]))
+            cause = (f"did not answer: rank(s) {who} timed out waiting in a collective; it left no failure note "
+                     "(it hung and was killed, or died of SIGKILL, or its node was lost)")
         return {
             "rank": r, "step": step, "silent": True, "node": None, "log": None,
             "error": cause or ("ended without a failure note: killed by a signal it cannot catch (SIGKILL: the OOM "
                                "killer or kill -9), os._exit() or an exit from native code (its exit code is not "
                                "known here), or its node was lost"),
         }
+    if waited is not None:
+        return dict(waited, silent=False)
     if failures:
         return dict(failures[0], silent=False)
     return None

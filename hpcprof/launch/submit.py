@@ -222,7 +222,10 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
     fatal = {o["rank"]: t for o in outcomes if (t := run.read_fatal(o["rank"]))}
     root = first_failure(failures, [o["rank"] for o in failed],
                          {o["rank"]: _last_step(run, o["rank"]) for o in outcomes}, fatal)
-    if root is not None:
+    if root is not None and root["rank"] is None:  # timed out waiting for a rank not known
+        record_outcome(run, "failed", first=run_manifest.FirstFailure(rank=None, step=root.get("step"), error=str(root["error"])[:300]))
+        log(f"hpcprof: {root['error']} (step {root.get('step')})")
+    elif root is not None:
         rank = root["rank"]
         log_path = root.get("log") or next((o["log"] for o in outcomes if o["rank"] == rank), None)
         node = root.get("node") or nodes.get(rank)
