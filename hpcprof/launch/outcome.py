@@ -17,7 +17,9 @@ import signal
 import time
 from typing import Any, Iterator
 
+from ..lifetime import end_orphaned_group
 from ..rundir import RunDir, RunDirError
+from ..rundir.records import unanswered
 from ..rundir import manifest as run_manifest
 from ..rundir.state import pid_alive, rank_entries_here
 from .executors import LaunchError
@@ -118,13 +120,24 @@ def children_of(pid: int) -> list[int]:
         return []
 
 
+def end_leftovers(manifest: dict) -> list[int]:
+    """After a local job: SIGKILL to what is left in the process groups of its ranks (each rank
+    leads its own: hpcprof.rank.task), e.g. a child of a rank that ended by os._exit or SIGKILL and
+    so could not end it itself. Returns the pids signalled."""
+    left: list[int] = []
+    for pid in rank_pids_here(manifest):
+        left += end_orphaned_group(pid)
+    return left
+
+
 def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]:
     """Stop a local submitit job and every process it runs: SIGINT to the ranks (the controller's
     children and the manifest's rank pids: each stops where it is, its peers see the closed
     connection; the controller then sees every rank gone and exits quietly), or to the controller
     when there are no ranks yet (it forwards SIGINT, then SIGKILL, to them; its KeyboardInterrupt
     goes to logs/submitit-controller.log); after `grace_s`, SIGKILL to whatever of it is still
-    alive. Returns the pids that had to be killed."""
+    alive, and to what the ranks left in their process groups (:func:`end_leftovers`). Returns the
+    pids that had to be killed."""
     process = getattr(job, "_process", None)
     # the ranks: the controller's children (started before rank 0 could list them) and the manifest's
     pids = sorted(set(rank_pids_here(manifest)) | set(children_of(process.pid) if process is not None else []))
@@ -139,7 +152,7 @@ def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]
     while time.time() < deadline:
         controller_done = process is None or process.poll() is not None
         if controller_done and not any(_alive(p) for p in pids):
-            return []
+            return end_leftovers(manifest)
         time.sleep(0.1)
     killed = []
     for pid in pids + ([process.pid] if process is not None and process.poll() is None else []):
@@ -150,7 +163,7 @@ def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]
     if process is not None:
         with contextlib.suppress(Exception):
             process.wait(timeout=10)
-    return killed
+    return killed + end_leftovers(manifest)
 
 
 # faulthandler's first line -> how a rank died of a fatal signal, in words a user can act on
@@ -181,7 +194,9 @@ def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dic
     that left no note at all (it could not write one: a fatal signal in native code, which
     faulthandler records in `fatal` (rank -> its text), or SIGKILL, as the OOM killer or `kill -9`
     do, or its node was lost), since every Python error writes one and its peers only report the
-    closed connection; else the earliest note. `last_steps`: rank -> last recorded step.
+    closed connection; else, when a rank timed out waiting in a collective, the rank that did not
+    answer (:func:`hpcprof.rundir.records.unanswered`: never a rank that timed out waiting; rank
+    None when it is not known); else the earliest note. `last_steps`: rank -> last recorded step.
     Returns {"rank", "step", "error", "node", "log", "silent"} or None."""
     root = next((f for f in failures if not f.get("peer_failure")), None)
     if root is not None:
@@ -189,16 +204,24 @@ def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dic
     noted = {f.get("rank") for f in failures}
     fatal = fatal or {}
     silent = [r for r in set(failed_ranks) | set(fatal) if r not in noted]
+    waited = unanswered(failures)
     if silent:
         # a rank with a fatal signal on record first, then the one that stopped first
         r = min(silent, key=lambda x: (x not in fatal, last_steps.get(x, -1), x))
         step = last_steps.get(r, -1) + 1
         cause = fatal_cause(fatal.get(r))
+        if cause is None and waited is not None:
+            who = ", ".join(map(str, waited["waiting"]))
+            cause = (f"did not answer: rank(s) {who} timed out waiting in a collective; it left no failure note "
+                     "(it hung and was killed, or died of SIGKILL, or its node was lost)")
         return {
             "rank": r, "step": step, "silent": True, "node": None, "log": None,
-            "error": cause or ("died without a failure note: killed by a signal it cannot catch (SIGKILL: the OOM "
-                               "killer or kill -9) or its node was lost"),
+            "error": cause or ("ended without a failure note: killed by a signal it cannot catch (SIGKILL: the OOM "
+                               "killer or kill -9), os._exit() or an exit from native code (its exit code is not "
+                               "known here), or its node was lost"),
         }
+    if waited is not None:
+        return dict(waited, silent=False)
     if failures:
         return dict(failures[0], silent=False)
     return None

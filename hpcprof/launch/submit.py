@@ -39,7 +39,7 @@ from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, split_passthrough, validate_run_name
 from .executors import (LaunchError, choose_executor, geometry_warnings, local_controller_apart, make_executor,
                         resolve_resources)
-from .outcome import (Interrupted, ended_by_scheduler, first_failure, quiet_pdb, record_outcome, refuse_existing,
+from .outcome import (Interrupted, end_leftovers, ended_by_scheduler, first_failure, quiet_pdb, record_outcome, refuse_existing,
                       remove_never_started, signals_ignored, signals_raise, stop_local_job, submission_error)
 
 #: The old name of LaunchError, kept for callers of hpcprof.submit.
@@ -132,6 +132,8 @@ def _progress(launch_: Launch, poll_s: float) -> None:
     done_steps = 0
     try:
         while not launch_.job.done():
+            if launch_.executor == "local":
+                _end_leftovers_now(run)
             now = min((_last_step(run, rank) + 1 for rank in range(launch_.world_size)), default=0)
             if now > done_steps:
                 bar.update(now - done_steps)
@@ -141,6 +143,20 @@ def _progress(launch_: Launch, poll_s: float) -> None:
             time.sleep(poll_s)
     finally:
         bar.close()
+
+
+def _end_leftovers_now(run: RunDir) -> None:
+    """While a local job runs: what a rank that has ended left in its process group (a child it
+    forked, when it ended by os._exit or a signal) is ended at once. Such a child holds the rank's
+    sockets: its peers would wait for the process group's timeout instead of seeing it gone."""
+    try:
+        manifest = run.read_manifest()
+    except (RunDirError, OSError):
+        return
+    left = end_leftovers(manifest)
+    if left:
+        print(f"hpcprof: ended {len(left)} process(es) a rank that had ended left running (pids "
+              f"{', '.join(map(str, left))})", file=sys.stderr)
 
 
 def _last_step(run: RunDir, rank: int) -> int:
@@ -187,6 +203,11 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
             return EXIT_FAILED
         outcomes = [_rank_outcome(launch_, r) for r in range(launch_.world_size)]
     manifest = run.read_manifest()
+    if launch_.executor == "local":
+        left = end_leftovers(manifest)
+        if left:
+            print(f"hpcprof: ended {len(left)} process(es) the ranks left running (pids "
+                  f"{', '.join(map(str, left))}): no process of a job outlives it", file=sys.stderr)
     nodes = {e["rank"]: e.get("node") for e in manifest.get("ranks", [])}
     failures = run.read_failures()
     log("")
@@ -209,7 +230,10 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
     fatal = {o["rank"]: t for o in outcomes if (t := run.read_fatal(o["rank"]))}
     root = first_failure(failures, [o["rank"] for o in failed],
                          {o["rank"]: _last_step(run, o["rank"]) for o in outcomes}, fatal)
-    if root is not None:
+    if root is not None and root["rank"] is None:  # timed out waiting for a rank not known
+        record_outcome(run, "failed", first=run_manifest.FirstFailure(rank=None, step=root.get("step"), error=str(root["error"])[:300]))
+        log(f"hpcprof: {root['error']} (step {root.get('step')})")
+    elif root is not None:
         rank = root["rank"]
         log_path = root.get("log") or next((o["log"] for o in outcomes if o["rank"] == rank), None)
         node = root.get("node") or nodes.get(rank)

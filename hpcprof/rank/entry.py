@@ -33,7 +33,7 @@ def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> Any:
     step loop's session (user code failing before its first step, say) gets its failure note here."""
     from . import session
     from .env import detect_rank_env, export_launch_env
-    from .failures import FailureContext
+    from .failures import FailureContext, exit_code
     from .workload import run_workload
 
     run = RunDir(run_root)
@@ -50,9 +50,11 @@ def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> Any:
     except BaseException as exc:
         if watcher is not None:
             watcher.close(exc)
-        if isinstance(exc, SystemExit) and exc.code in (0, None) and not spec.workload.builtin:
+        if isinstance(exc, SystemExit) and exit_code(exc) == 0 and not spec.workload.builtin:
             return None  # the script's own sys.exit(0): a clean end
-        if not isinstance(exc, (SystemExit, KeyboardInterrupt)) and not FailureContext.was_recorded(exc):
+        # every error gets its note; an exit too, when it says the code failed (sys.exit(3), argparse's 2)
+        quiet = isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and exit_code(exc) == 0)
+        if not quiet and not FailureContext.was_recorded(exc):
             renv = detect_rank_env()
             FailureContext(run, renv.rank, renv.node, log).record(exc)
         raise

@@ -9,7 +9,9 @@ Classification (:func:`classify`) is by the kind of error, not by whether its te
 rank whose own NCCL or network operation failed (``ncclSystemError``, ``ncclInternalError``, an
 InfiniBand error) is a root cause, as is any error of the training code (CUDA out of memory, a bug);
 a rank that only saw a peer go away (connection closed or reset, NCCL's ``ncclRemoteError``,
-a collective that timed out waiting, or hpcprof's peer watch) is a peer failure.
+a collective that timed out waiting, or hpcprof's peer watch) is a peer failure. Texts match in
+any case (gloo's "Timed out waiting ..."); a DataLoader's timeout and Python's own TimeoutError
+are the rank's own errors, and so is a non-zero ``sys.exit()``.
 
 A rank that dies in native code (the NCCL watchdog's ``abort()``, a segmentation fault) cannot write
 a note; :func:`enable_fatal_log` makes Python's faulthandler write the signal and every thread's
@@ -28,11 +30,15 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
+from ..lifetime import end_own_group
 from ..rundir import FATAL_TEMPLATE, FailureNote, RunDir, atomic_write_text, rank_from_name
+from ..rundir.records import STOPPED_AFTER_TIMEOUT
 from .drills import DrillCrash
 
-# (kind, peer_failure, texts): the first entry whose text occurs in "<type>: <message>" wins.
+# (kind, peer_failure, texts): the first entry whose text occurs in "<type>: <message>" wins, in any
+# case (gloo says "Timed out waiting 20000ms for recv", NCCL's watchdog "timed out").
 _KINDS: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
+    ("error", False, ("DataLoader timed out",)),  # the rank's own input pipeline, not a peer
     ("peer_stopped", True, ("hpcprof: stopped because rank",)),
     ("nccl_remote", True, ("ncclRemoteError", "remote process exited", "Remote process exited")),
     ("nccl", False, ("ncclSystemError", "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage",
@@ -49,11 +55,24 @@ def classify(exc: BaseException) -> tuple[str, bool]:
     peer_stopped, nccl_remote, nccl, oom, peer_timeout, peer_closed, error."""
     if isinstance(exc, DrillCrash):
         return "drill", False
-    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, SystemExit):  # sys.exit(code) of the training code on this rank
+        return "error", False
+    if type(exc) is TimeoutError:  # Python's own (a socket, a lock, the user's code): torch.distributed raises others
+        return "error", False
+    text = f"{type(exc).__name__}: {exc}".lower()
     for kind, peer, needles in _KINDS:
-        if any(n in text for n in needles):
+        if any(n.lower() in text for n in needles):
             return kind, peer
     return "error", False
+
+
+def exit_code(exc: SystemExit) -> int:
+    """The exit status a SystemExit gives the process: 0 for None, the int given, else 1 (Python
+    prints a message given to sys.exit and exits with 1)."""
+    code = exc.code
+    if code is None:
+        return 0
+    return int(code) if isinstance(code, int) else 1
 
 
 class PeerStopped(RuntimeError):
@@ -77,13 +96,16 @@ class FailureContext:
 
     def note(self, exc: BaseException) -> FailureNote:
         kind, peer = classify(exc)
+        error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, SystemExit):
+            error = f"SystemExit: the training code exited with code {exit_code(exc)} (sys.exit({exc.code!r}))"
         return FailureNote(
             rank=self.rank,
             node=self.node,
             pid=os.getpid(),
             step=self.step,
             time=time.time(),
-            error=f"{type(exc).__name__}: {exc}"[:2000],
+            error=error[:2000],
             peer_failure=peer,
             traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
             log=self.log,
@@ -92,16 +114,22 @@ class FailureContext:
 
     @staticmethod
     def was_recorded(exc: BaseException) -> bool:
-        """Whether a note was written for this exception already (by the step loop's session)."""
+        """Whether this exception is settled: a note was written for it already (by the step loop's
+        session), or it needs none (:meth:`settle`)."""
         return bool(getattr(exc, "__hpcprof_noted__", False))
 
     def record_as(self, exc: BaseException, noted: BaseException) -> None:
         """`exc` is told by the note written for `noted` (a clearer error standing in for it)."""
         if self.was_recorded(noted):
-            try:
-                exc.__hpcprof_noted__ = True  # type: ignore[attr-defined]
-            except AttributeError:
-                pass
+            self.settle(exc)
+
+    @staticmethod
+    def settle(exc: BaseException) -> None:
+        """No note for this exception, here or further up (the SystemExit of a requeue)."""
+        try:
+            exc.__hpcprof_noted__ = True  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
 
     def record(self, exc: BaseException) -> None:
         """Write the note (once per exception); a failure to write it never hides the original error."""
@@ -142,7 +170,10 @@ def disable_fatal_log(fh) -> None:
 class PeerWatch:
     """A daemon thread that reads failures/ once a second; when another rank has left a note that is
     not a peer failure (the root cause), and this rank is still running `grace_s` later, it writes
-    this rank's note (kind peer_stopped) and ends the process.
+    this rank's note (kind peer_stopped) and ends the process. Likewise, after `timeout_grace_s`,
+    when no rank has a root cause but another timed out waiting for a peer in a collective: this
+    rank had not failed, nor timed out itself, so it is likely the one that did not answer (hung,
+    or stuck outside the collectives); its note says so (hpcprof.rundir.records.unanswered names it).
 
     Why: on NCCL a rank waiting in a collective for a dead peer notices nothing until the process
     group's timeout (minutes), and only srun --kill-on-bad-exit or torchrun's agent kill it earlier;
@@ -150,11 +181,14 @@ class PeerWatch:
     the closed connection usually stops the rank first; then the watch has nothing to do."""
 
     def __init__(self, failure: FailureContext, on_stop: Callable[[], None] | None = None,
-                 interval_s: float = 1.0, grace_s: float = 3.0):
+                 interval_s: float = 1.0, grace_s: float = 3.0, timeout_grace_s: float = 10.0):
         self.failure = failure
         self.on_stop = on_stop
         self.interval_s = interval_s
         self.grace_s = grace_s
+        self.timeout_grace_s = timeout_grace_s
+        """Longer than grace_s: the other ranks waiting in the same collective time out a little
+        later than the first; a rank still running after this is most likely not one of them."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hpcprof-peer-watch", daemon=True)
 
@@ -179,27 +213,40 @@ class PeerWatch:
                 return {"rank": rank, "step": None, "error": first}
         return None
 
+    def timed_out(self) -> dict | None:
+        """The earliest note of another rank that timed out waiting for a peer (kind peer_timeout)."""
+        run, me = self.failure.run, self.failure.rank
+        return next((n for n in run.read_failures() if n.get("rank") != me and n.get("kind") == "peer_timeout"), None)
+
     def _run(self) -> None:
         seen_at = None
         while not self._stop.wait(self.interval_s):
             try:
                 root = self.root_failure()
+                waited = self.timed_out() if root is None else None
             except Exception:  # a half-written folder on a slow file system: look again
                 continue
-            if root is None:
+            if root is None and waited is None:
                 continue
             seen_at = seen_at or time.time()
-            if time.time() - seen_at < self.grace_s:
+            if time.time() - seen_at < (self.grace_s if root is not None else self.timeout_grace_s):
                 continue
             if self._stop.is_set():
                 return
-            at = f" at step {root['step']}" if root.get("step") is not None else ""
-            exc = PeerStopped(f"hpcprof: stopped because rank {root.get('rank')} failed{at} "
-                              f"({str(root.get('error'))[:200]}); this rank was still running {self.grace_s:.0f} s later")
+            if root is not None:
+                at = f" at step {root['step']}" if root.get("step") is not None else ""
+                exc = PeerStopped(f"hpcprof: stopped because rank {root.get('rank')} failed{at} "
+                                  f"({str(root.get('error'))[:200]}); this rank was still running {self.grace_s:.0f} s later")
+            else:
+                at = f" at step {waited['step']}" if waited.get("step") is not None else ""
+                exc = PeerStopped(f"hpcprof: stopped because rank {waited.get('rank')} {STOPPED_AFTER_TIMEOUT}{at} "
+                                  f"({str(waited.get('error'))[:200]}); this rank had not failed: it was in step "
+                                  f"{self.failure.step}, still running {self.timeout_grace_s:.0f} s later")
             self.failure.record(exc)
             if self.on_stop is not None:
                 try:
                     self.on_stop()
                 except Exception:
                     pass
+            end_own_group()
             os._exit(1)

@@ -19,6 +19,12 @@ So each local rank, at start-up (:func:`die_with_launcher`, called by
   (SIGINT: the step loop unwinds, no failure note); a rank still alive after `grace_s` exits hard.
   The controller sees every rank gone and exits by itself.
 
+Each local rank also leads its own process group (:func:`hpcprof.lifetime.lead_own_group`, by
+:class:`hpcprof.rank.task.TrainTask`), and ends whatever is left in it when it ends, however it
+ends in Python (a forked child stuck in a destructor held the rank's sockets, so its peer waited
+for the process group's timeout, and outlived the job); the launcher ends what a rank killed
+outright left (:func:`hpcprof.launch.outcome.end_leftovers`).
+
 SLURM ranks are not watched: a SLURM job outlives the command that submitted it by design.
 """
 
@@ -30,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..lifetime import die_with_parent
+from ..lifetime import die_with_parent, end_own_group
 
 POLL_S = 0.5
 """How often the watchdog looks at the launcher."""
@@ -95,6 +101,7 @@ def _watch(identity: str, run_root: Path, rank: int, grace_s: float) -> None:
         record_launcher_death(run_root, identity)
     os.kill(os.getpid(), signal.SIGINT)  # the main thread unwinds as on Ctrl-C
     time.sleep(grace_s)
+    end_own_group()
     os._exit(1)  # still here: stuck in a collective whose peer is gone
 
 

@@ -45,12 +45,12 @@ import torch.distributed as dist
 
 from ..rundir import RunDirError, StepRecord, StepWriter
 from ..rundir.manifest import record_steps_done
-from ..spec import JobSpec
+from ..spec import JobSpec, SpecError
 from .checkpoint import Saver, load_checkpoint, write_checkpoint
 from .control import ControlChannel, NoRounds
 from .device import DeviceError
 from .drills import RankDrills
-from .failures import PeerWatch, disable_fatal_log, enable_fatal_log
+from .failures import FailureContext, PeerWatch, disable_fatal_log, enable_fatal_log, exit_code
 from .preemption import Preempted, requeue
 from .profiling import guarded_profiler
 from .startup import connect_rank, prepare_rank
@@ -105,6 +105,7 @@ class Run(StepLoop):
         self._step: int | None = None
         self._next_step = 0
         self._state = "new"  # new -> entered -> connected -> closed
+        self._requeued = False
         self._saver: Saver | None = None
         self._resume: dict | None = None
         self._tail: StepRecord | None = None
@@ -199,7 +200,10 @@ class Run(StepLoop):
         if ACTIVE is not None:
             raise HpcprofUsageError("hpcprof.run() inside the block of another hpcprof.run() in the same process: one "
                                     "session per process (or hpcprof.start() was called already); use its `run`")
-        self._prep = prepare_rank(self.spec, self._launched)
+        try:
+            self._prep = prepare_rank(self.spec, self._launched)
+        except SpecError as exc:  # the spec cannot run in this world (a drill naming a rank it lacks)
+            raise HpcprofUsageError(f"hpcprof.run(): {exc}") from None
         self.renv, self.device = self._prep.renv, self._prep.device
         self.use_cuda = self.device.type == "cuda"
         self._state = "entered"
@@ -282,6 +286,7 @@ class Run(StepLoop):
         self.writer.close()
         with _suppress():
             self.prof.__exit__(None, None, None)
+        self._requeued = True
         requeue(self.renv, self.control.original_handler)
 
     # ------------------------------------------------------------------ tear-down
@@ -314,6 +319,10 @@ class Run(StepLoop):
             exc_type, tb = type(exc), None
             print(f"hpcprof: {exc}", file=sys.stderr, flush=True)
         if isinstance(exc, (SystemExit, KeyboardInterrupt, GeneratorExit, Preempted)):
+            if isinstance(exc, SystemExit) and self._requeued:
+                FailureContext.settle(exc)  # the requeue's own exit
+            elif isinstance(exc, SystemExit) and exit_code(exc) != 0:
+                self.failure.record(exc)  # sys.exit(3) in the training code: a failure, with its code
             self._tail = None
             with _suppress():
                 self.timer.close(block=False)

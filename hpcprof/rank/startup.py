@@ -85,8 +85,11 @@ class StartedRank:
 def prepare_rank(spec: JobSpec, launched: bool) -> PreparedRank:
     """Who this rank is and what it runs on. `launched`: an hpcprof launcher started this process (CPU
     ranks are then pinned to their own cores unless resources.pin_cores is off, and get cpus_per_task
-    threads; a user's own launcher keeps its settings)."""
+    threads; a user's own launcher keeps its settings). A spec that cannot run in this world (a drill
+    naming a rank it lacks, under a launcher that did not check it: torchrun) is a SpecError before
+    the process group starts."""
     renv = detect_rank_env()
+    spec.validate(world_size=renv.world_size)  # drills naming ranks outside this world: refused, as submit does
     requested = gpus_requested(os.environ, spec.resources.gpus_per_node)
     available = torch.cuda.is_available()
     kind, index = choose_device(requested_gpus=requested, cuda_available=available,

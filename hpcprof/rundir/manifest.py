@@ -149,7 +149,8 @@ class RankEntry:
 class FirstFailure:
     """The rank the launcher holds responsible for a failed job."""
 
-    rank: int
+    rank: int | None
+    """None: the job timed out waiting for a rank, and which one did not answer is not known."""
     step: int | None
     """The step it was in (None: before the step loop)."""
     error: str

@@ -224,3 +224,39 @@ class FailureNote:
 
 
 FAILURE_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FailureNote))
+
+STOPPED_AFTER_TIMEOUT = "timed out waiting for a peer"
+"""Words of the note of a rank hpcprof's peer watch stopped because another rank timed out waiting
+for a peer (hpcprof.rank.failures.PeerWatch), while this rank had not failed itself."""
+
+
+def unanswered(notes: list[dict]) -> dict | None:
+    """Who did not answer, when the job ended on a collective's timeout and no rank has a
+    root-cause note: {"rank", "step", "error", "node", "log", "waiting": [ranks that timed out]},
+    or None when no note is a timeout (kind peer_timeout). `notes`: failure notes, earliest first.
+
+    A rank that timed out waited for another; it is never the one named. The one named is the rank
+    the peer watch stopped after the timeout (it had not failed, nor timed out itself) when there is
+    exactly one; otherwise the rank is not known (None) and the error says so."""
+    if any(not n.get("peer_failure") for n in notes):
+        return None
+    waits = [n for n in notes if n.get("kind") == "peer_timeout"]
+    if not waits:
+        return None
+    waiting = sorted({n.get("rank") for n in waits if isinstance(n.get("rank"), int)})
+    first = waits[0]
+    said = str(first.get("error"))
+    said = said if len(said) <= 160 else said[:157] + "..."
+    who = f"rank{'s' if len(waiting) > 1 else ''} {', '.join(map(str, waiting))}"
+    at = f" at step {first.get('step')}" if first.get("step") is not None else ""
+    stopped = [n for n in notes if n.get("kind") == "peer_stopped" and STOPPED_AFTER_TIMEOUT in str(n.get("error"))
+               and n.get("rank") not in waiting]
+    if len({n.get("rank") for n in stopped}) == 1:
+        n = stopped[0]
+        return {"rank": n.get("rank"), "step": n.get("step"), "node": n.get("node"), "log": n.get("log"),
+                "waiting": waiting,
+                "error": f"did not answer: {who} timed out waiting for it in a collective{at} ({said}); it had not "
+                         "failed itself and was stopped by hpcprof"}
+    return {"rank": None, "step": first.get("step"), "node": None, "log": None, "waiting": waiting,
+            "error": f"the job timed out: {who} waited in a collective{at} for a rank that did not answer ({said}); "
+                     "which rank did not answer is not known"}

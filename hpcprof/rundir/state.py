@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .layout import RunDir, RunDirError
+from .records import unanswered
 
 STATES = ("running", "completed", "failed", "preempted", "interrupted", "cancelled", "stopped", "never_started", "unknown")
 FRESH_MIN_S = 120.0
@@ -245,7 +246,7 @@ def run_state(path: str | os.PathLike) -> RunState:
     notes = [f for f in run.read_failures() if isinstance(f, dict)]
     first = outcome.get("first_failure") if isinstance(outcome.get("first_failure"), dict) else None
     if first is None and notes:
-        first = next((f for f in notes if not f.get("peer_failure")), notes[0])
+        first = next((f for f in notes if not f.get("peer_failure")), None) or unanswered(notes) or notes[0]
     if first is not None or outcome.get("state") == "failed":
         first = first or {}
         step = first.get("step")
