@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("path", help="run directory (runs/<name>) or a folder of Kineto traces (*.json, *.json.gz)")
     ap.add_argument("--out", default=None, help="output folder (default: <path>/analysis)")
     ap.add_argument("--workers", type=int, default=None, help="processes for the per-rank map, this one and N-1 forked workers (default: min(cores, ranks, 8))")
-    ap.add_argument("--no-cache", action="store_true", help="parse every trace again (ignore the parse cache)")
+    ap.add_argument("--no-cache", action="store_true", help="parse every trace again and write nothing into the parse cache")
     ap.add_argument("--cache-dir", default=None, help="parse cache folder (default: <out>/.cache)")
     ap.add_argument("--ranks", type=int, nargs="+", default=None, help="analyse only these ranks")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -15,6 +15,7 @@ reducing or drawing again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from ..rundir import RunDir
 from ..rundir.layout import current_umask
@@ -33,9 +34,9 @@ from .outputs.layout import AnalysisDir
 from .outputs.summary import read_summary
 from .progress import bytes_bar
 
-ANALYSIS_VERSION = 14  # 14: DeepEP kernels named dpsk::ep::* (DeepSeek's own build) are communication; 13: communication kernels by what the trace says (ranks/comm_kernels.py: the host collective that launched them, known libraries), our kernel breakdown beside HTA's, collective metadata (comms id, message size); 12: the merged timeline's piece of each rank (timeline.parquet, meta.json `timeline`); 11: a CPU collective counts as waited for when the main thread resumed within 10 ms of its end (was 2 ms); 10: CPU collectives carry `waited` (the main thread blocked in them); 9: device-stream activity without CUDA categories is device work (MTIA)
+ANALYSIS_VERSION = 15  # 15: complete events whose ts or dur cannot be true are left out, with a warning (decode/plausible.py); 14: DeepEP kernels named dpsk::ep::* (DeepSeek's own build) are communication; 13: communication kernels by what the trace says (ranks/comm_kernels.py: the host collective that launched them, known libraries), our kernel breakdown beside HTA's, collective metadata (comms id, message size); 12: the merged timeline's piece of each rank (timeline.parquet, meta.json `timeline`); 11: a CPU collective counts as waited for when the main thread resumed within 10 ms of its end (was 2 ms); 10: CPU collectives carry `waited` (the main thread blocked in them); 9: device-stream activity without CUDA categories is device work (MTIA)
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
-REDUCE_VERSION = 14  # 14: summary.json values in a dict keyed by category inside a field with a unit (critical_path by_category_ms, cause_excess_ms_per_step) rounded by that unit, the report's raw summary without scientific notation; 13: summary.json communication (ours beside HTA's, transfer and waiting in collectives), critical_path, collective_matching.keyed_by; advice from the replay's transfer/waiting split; 12: summary.json carries every rank's window excess (cause_excess_ms_per_step_by_rank); 11: a host that shares its clock with no other rank gets the quickest collectives as the systematic clock term; 10: the jitter term is the other ranks' typical cost; 9: CPU what-if chains on the collectives the main thread waited for; 8: what-if replay, throughput, run state, timeline, operator/launch views, rounding
+REDUCE_VERSION = 15  # 15: the communication share counts communication overlapped by computation, communication.overlapped_pct; 14: summary.json values in a dict keyed by category inside a field with a unit (critical_path by_category_ms, cause_excess_ms_per_step) rounded by that unit, the report's raw summary without scientific notation; 13: summary.json communication (ours beside HTA's, transfer and waiting in collectives), critical_path, collective_matching.keyed_by; advice from the replay's transfer/waiting split; 12: summary.json carries every rank's window excess (cause_excess_ms_per_step_by_rank); 11: a host that shares its clock with no other rank gets the quickest collectives as the systematic clock term; 10: the jitter term is the other ranks' typical cost; 9: CPU what-if chains on the collectives the main thread waited for; 8: what-if replay, throughput, run state, timeline, operator/launch views, rounding
 META = "meta.json"
 
 
@@ -109,6 +110,31 @@ def sweep_stale(cache_dir: str | os.PathLike) -> list[Path]:
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
+
+
+def unwritable(cache_dir: str | os.PathLike) -> str | None:
+    """Why no entry can be written into `cache_dir` (created where missing), or None when one can:
+    a folder made there and removed (permission bits do not stop root; a path under a file or a
+    file in its place stops everyone)."""
+    try:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=_tmp_prefix(), dir=cache_dir))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+@contextlib.contextmanager
+def scratch(root: Path) -> Iterator[Path]:
+    """A folder under `root` (the output folder, which the SLURM array's tasks see too) for the
+    per-rank tables of an analysis that writes nothing into the parse cache (--no-cache, or a cache
+    folder that cannot be written: issue 37, item 18), removed when the analysis ends."""
+    d = Path(tempfile.mkdtemp(prefix=".parse-", dir=root))
+    os.chmod(d, 0o777 & ~current_umask())
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class EntryWriter:

@@ -27,10 +27,33 @@ from ..rundir import RunDir
 from .reduce.step_stats import read_step_records, step_seconds, step_time_source
 
 
+def _is_capture(c) -> bool:
+    """A capture entry the analysis can use: an index >= 0 and steps [first, last] (rundir Capture)."""
+    def whole(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    steps = c.get("steps") if isinstance(c, dict) else None
+    return (isinstance(c, dict) and whole(c.get("index")) and c["index"] >= 0 and isinstance(steps, list)
+            and len(steps) == 2 and all(whole(x) for x in steps))
+
+
 def manifest_captures(manifest: dict) -> list[dict]:
-    """The captures a triggered run recorded (manifest ``captures``), by index; [] for other runs."""
-    caps = [c for c in (manifest.get("captures") or []) if isinstance(c, dict) and isinstance(c.get("index"), int)]
-    return sorted(caps, key=lambda c: c["index"])
+    """The captures a triggered run recorded (manifest ``captures``), by index; [] for other runs.
+    Entries that are not captures (`checked_captures`) are left out."""
+    caps = manifest.get("captures") if isinstance(manifest.get("captures"), list) else []
+    return sorted((c for c in caps if _is_capture(c)), key=lambda c: c["index"])
+
+
+def checked_captures(manifest: dict, warnings: list[str]) -> None:
+    """Name in `warnings`, in one line, the manifest's capture entries that are not captures (an
+    index that is not a number >= 0, steps that are not [first, last]); the analysis leaves them
+    out. Why: a capture numbered -1 made `analyze` fail whole (issue 37, item 14)."""
+    caps = manifest.get("captures") if isinstance(manifest.get("captures"), list) else []
+    bad = [c for c in caps if not _is_capture(c)]
+    if bad:
+        shown = "; ".join(repr(c)[:80] for c in bad[:3]) + ("; ..." if len(bad) > 3 else "")
+        warnings.append(f"manifest.json: {len(bad)} captures entr{'ies' if len(bad) != 1 else 'y'} without an index >= 0 and "
+                        f"steps [first, last] left out: {shown}")
 
 
 def run_series(run: RunDir) -> pd.DataFrame:
@@ -123,7 +146,9 @@ def _active(capture: dict, manifest: dict) -> tuple[int, int]:
 def analyze_captures(src: Path, out_root: Path, manifest: dict, analyze_one: Callable[..., dict],
                      warnings: list[str]) -> dict[int, dict]:
     """Analyse every capture k > 0 into out_root/capture-<k>/ (`analyze_one(src, out=..., traces=...)`);
-    {k: its summary}. A capture whose analysis fails is named in `warnings`, the others go on."""
+    {k: its summary}. A capture whose analysis fails, whatever the error (its folder missing: a rank
+    died during the capture), is named in `warnings` in one line, the others and the baseline go on
+    (issue 37, item 14)."""
     from .errors import AnalysisError
 
     run = RunDir(src)
@@ -136,5 +161,7 @@ def analyze_captures(src: Path, out_root: Path, manifest: dict, analyze_one: Cal
         try:
             done[k] = analyze_one(src, out=out_root / f"capture-{k}", traces=folder)
         except AnalysisError as exc:
-            warnings.append(f"capture {k} ({folder}): not analysed: {exc}")
+            warnings.append(f"capture {k} ({folder}): not analysed: {' '.join(str(exc).split())}")
+        except Exception as exc:  # what the capture's analysis did not foresee: this capture only
+            warnings.append(f"capture {k} ({folder}): not analysed: {type(exc).__name__}: {' '.join(str(exc).split())}")
     return done

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -32,10 +33,11 @@ from .outputs.summary import build_summary, clean, write_summary
 from .outputs.tables import output_tables, write_tables
 from .outputs.timeline_trace import merged_timeline
 from .ranks.result import RankResult
-from .captures import analyze_captures, manifest_captures, run_series, summarize_captures
+from .captures import analyze_captures, checked_captures, manifest_captures, run_series, summarize_captures
 from .outputs.run_timeline import run_timeline_chart
 from .ranks.select import select_ranks
 from .reduce.crossrank import reduce_ranks
+from .reduce.per_rank import checked_rank_entries
 from .reduce.views import add_launch_recommendation, rank_views
 
 __all__ = ["AnalysisError", "analyze", "console_summary"]
@@ -80,6 +82,8 @@ def analyze(
             warnings.extend(problems)
         except (RunDirError, OSError) as exc:
             warnings.append(f"manifest.json unreadable ({exc}); node names come from the traces")
+        checked_rank_entries(manifest, warnings)
+        checked_captures(manifest, warnings)
     _check_options(src, run, out, ranks, timeline_max_events, traces)
     if out is None and not (src.stat().st_mode & 0o222):
         # a read-only folder of traces (shared data sets): never write into it, even as root
@@ -91,6 +95,8 @@ def analyze(
         state = run_state(src)  # a job still running, never started or crashed early: say so, in one line
         if state.partial:
             raise AnalysisError(_no_trace_yet(state, run))
+    if traces is not None and not Path(traces).is_dir():
+        raise AnalysisError(f"{traces}: no such folder of traces (its ranks wrote none)")
     files = _traces(Path(traces) if traces is not None else src, ranks, is_run)
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
     digests, key = cache.inputs_key(src, files, ranks, options=f"timeline={timeline_steps}/{timeline_max_events}",
@@ -101,29 +107,39 @@ def analyze(
             if console:
                 print(console_summary(hit))
             return hit
-    captured: dict[int, dict] = {}
-    if traces is None and any(c["index"] > 0 for c in manifest_captures(manifest)):
-        def analyze_one(src_, out, traces):
-            return analyze(src_, out=out, workers=workers, use_cache=use_cache, ranks=ranks, cache_dir=cdir,
-                           progress=progress, executor=executor, slurm=slurm, timeline_max_events=timeline_max_events,
-                           traces=traces)
+    cache_write = use_cache
+    if use_cache and (why := cache.unwritable(cdir)) is not None:
+        warnings.append(f"parse cache {cdir}: not writable ({why}); analysed without the parse cache")
+        cache_write = False
+    with contextlib.ExitStack() as stack:
+        # --no-cache, or a cache that cannot be written: nothing is written there (issue 37, item 18)
+        map_dir = cdir if cache_write else stack.enter_context(cache.scratch(out_dir.root))
+        captured: dict[int, dict] = {}
+        if traces is None and any(c["index"] > 0 for c in manifest_captures(manifest)):
+            def analyze_one(src_, out, traces):
+                return analyze(src_, out=out, workers=workers, use_cache=use_cache, ranks=ranks, cache_dir=cdir,
+                               progress=progress, executor=executor, slurm=slurm, timeline_max_events=timeline_max_events,
+                               traces=traces)
 
-        captured = analyze_captures(src, out_dir.root, manifest, analyze_one, warnings)
-    cache.sweep_stale(cdir)  # what a killed analysis left half written
-    results = run_map(executor, files, cdir, use_cache, workers=n_workers, progress=progress, digests=digests,
-                      slurm=slurm, log_dir=out_dir.slurm_logs)
-    keep, world_size = select_ranks(results, manifest, ranks, warnings)
-    if not keep and ranks is not None and any(r.ok for r in results):
-        found = sorted({r.meta["rank"] for r in results if r.ok})
-        raise AnalysisError(f"--ranks {' '.join(map(str, sorted(set(ranks))))}: no such rank in the traces of {src} "
-                            f"(ranks found: {', '.join(map(str, found))})")
-    if not keep:
-        raise AnalysisError("nothing could be analysed:\n  " + "\n  ".join(warnings or ["no usable trace"]))
+            captured = analyze_captures(src, out_dir.root, manifest, analyze_one, warnings)
+        if cache_write:
+            cache.sweep_stale(cdir)  # what a killed analysis left half written
+        results = run_map(executor, files, map_dir, cache_write, workers=n_workers, progress=progress, digests=digests,
+                          slurm=slurm, log_dir=out_dir.slurm_logs)
+        if _changed_while_read(results, digests, warnings):
+            key = None  # the memo key holds the bytes hashed before the map: these outputs are not of them
+        keep, world_size = select_ranks(results, manifest, ranks, warnings)
+        if not keep and ranks is not None and any(r.ok for r in results):
+            found = sorted({r.meta["rank"] for r in results if r.ok})
+            raise AnalysisError(f"--ranks {' '.join(map(str, sorted(set(ranks))))}: no such rank in the traces of {src} "
+                                f"(ranks found: {', '.join(map(str, found))})")
+        if not keep:
+            raise AnalysisError("nothing could be analysed:\n  " + "\n  ".join(warnings or ["no usable trace"]))
 
-    summary = _reduce_and_write(src, out_dir, keep, manifest, world_size, warnings, timeline_steps, timeline_max_events,
-                                captured=captured if traces is None else None, progress=progress)
+        summary = _reduce_and_write(src, out_dir, keep, manifest, world_size, warnings, timeline_steps, timeline_max_events,
+                                    captured=captured if traces is None else None, progress=progress)
     summary["cache"] = {
-        "dir": str(cdir),
+        "dir": str(cdir) if cache_write else None,
         "analysis_version": cache.ANALYSIS_VERSION,
         "parsed_ranks": sorted(r for r, v in keep.items() if not v.cached),
         "cached_ranks": sorted(r for r, v in keep.items() if v.cached),
@@ -138,6 +154,20 @@ def analyze(
     if console:
         print(console_summary(summary))
     return summary
+
+
+def _changed_while_read(results: list[RankResult], digests: dict[Path, str], warnings: list[str]) -> bool:
+    """Whether a trace's bytes, as its map task read them, differ from those hashed for the memo key
+    before the map (replaced or rewritten meanwhile: ranks.mapper keys its cache entry by what it
+    read); such traces are named in one warning. Why: a trace replaced while `analyze` read it and
+    put back afterwards was served again, from the memo, with the other file's numbers (issue 37,
+    item 10)."""
+    changed = sorted(Path(r.path).name for r in results
+                     if r.ok and digests.get(Path(r.path)) not in (None, r.meta.get("digest")))
+    if changed:
+        warnings.append(f"{', '.join(changed)}: changed while the analysis read {'it' if len(changed) == 1 else 'them'} "
+                        "(replaced or rewritten); analysed as read, and these outputs will not be reused as current")
+    return bool(changed)
 
 
 def _check_options(src: Path, run: RunDir, out, ranks, timeline_max_events, traces=None) -> None:

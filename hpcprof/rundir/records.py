@@ -109,6 +109,10 @@ STEP_TIME_KEYS: tuple[str, ...] = tuple(k for k in STEP_KEYS if k.endswith("_s")
 MAX_STEP = 10**9
 """Step numbers at or above this are refused when the planned step count is unknown (10^9 steps of
 1 ms are 11 days: a larger number is a corrupt record, not a run)."""
+MAX_STEP_S = 86_400.0
+"""The longest time a step record may give (a step, a region of it, its GPU time): one day. A step
+longer than that is a corrupt record, not a training step; one step_s of 1e300 made the job's
+throughput interval 0.0-650 samples/s, unflagged (issue 37, item 5)."""
 
 
 def step_record_problem(rec: dict[str, Any], file_rank: int, max_step: int | None = None) -> str | None:
@@ -118,7 +122,9 @@ def step_record_problem(rec: dict[str, Any], file_rank: int, max_step: int | Non
 
     Why: records with step_s NaN, inf or negative, batch_size 0, step 10^18 or another rank's
     number were used as they were: an interval with a lower bound of 0.0 samples/s, a run
-    "completed" by one absurd step number, a copied file counted as a rank (issue 23, item 11)."""
+    "completed" by one absurd step number, a copied file counted as a rank (issue 23, item 11).
+    A time beyond MAX_STEP_S (step_s, the other host timings, a region's, gpu_ms) is refused too
+    (issue 37, item 5)."""
     rank = rec.get("rank")
     if rank is not None and (not _is_int(rank) or rank != file_rank):
         return f"rank ({rank!r}: the file is rank {file_rank}'s)"
@@ -126,12 +132,19 @@ def step_record_problem(rec: dict[str, Any], file_rank: int, max_step: int | Non
     limit = max_step if isinstance(max_step, int) and max_step > 0 else MAX_STEP
     if not _is_int(step) or not 0 <= step < limit:
         return f"step ({step!r}: outside 0..{limit - 1})"
-    if not _is_number(rec.get("step_s")) or rec["step_s"] <= 0:
-        return f"step_s ({rec.get('step_s')!r}: not a finite number > 0)"
+    if not _is_number(rec.get("step_s")) or not 0 < rec["step_s"] <= MAX_STEP_S:
+        return f"step_s ({rec.get('step_s')!r}: not a number of seconds > 0 and <= {MAX_STEP_S:.0f})"
     for key in STEP_TIME_KEYS:
         value = rec.get(key)
-        if key != "step_s" and value is not None and not (_is_number(value) and value >= 0):
-            return f"{key} ({value!r}: not a finite number >= 0)"
+        if key != "step_s" and value is not None and not (_is_number(value) and 0 <= value <= MAX_STEP_S):
+            return f"{key} ({value!r}: not a number of seconds >= 0 and <= {MAX_STEP_S:.0f})"
+    gpu = rec.get("gpu_ms")
+    if gpu is not None and not (_is_number(gpu) and 0 <= gpu <= MAX_STEP_S * 1e3):
+        return f"gpu_ms ({gpu!r}: not a number of ms >= 0 and <= {MAX_STEP_S * 1e3:.0f})"
+    regions = rec.get("regions")
+    if regions is not None and not (isinstance(regions, dict) and all(
+            isinstance(k, str) and (v is None or _is_number(v) and 0 <= v <= MAX_STEP_S) for k, v in regions.items())):
+        return f"regions ({str(regions)[:80]}: not names with a number of seconds >= 0 and <= {MAX_STEP_S:.0f} each)"
     batch = rec.get("batch_size")
     if batch is not None and not (_is_int(batch) and batch >= 1):
         return f"batch_size ({batch!r}: not an integer >= 1)"

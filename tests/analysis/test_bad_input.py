@@ -4,6 +4,8 @@ nothing analysable -> a clean error (non-zero exit, no traceback)."""
 from __future__ import annotations
 
 import gzip
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -124,3 +126,47 @@ def test_read_only_trace_folder_needs_out(tmp_path, traces, helpers):
         assert not (src / "analysis").exists()
     finally:
         src.chmod(0o755)
+
+
+def _bomb(path, header: bytes, spaces_mb: int) -> None:
+    """A .json.gz holding a trace header, then `spaces_mb` MB of spaces (about 1 KB compressed per MB)."""
+    chunk = b" " * (1 << 20)
+    with gzip.open(path, "wb", compresslevel=9) as fh:
+        fh.write(header)
+        for _ in range(spaces_mb):
+            fh.write(chunk)
+
+
+# the analysis as a user runs it, its own peak memory printed last (--workers 1: the map runs in it)
+_PEAK = ("import resource, sys\n"
+         "from hpcprof.analyze import main\n"
+         "rc = main(sys.argv[1:])\n"
+         "print('peak MB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+         "sys.exit(rc)\n")
+
+
+@pytest.mark.parametrize("limit_mb, spaces_mb, said", [
+    (16, 1024, "more than 16 MB of JSON text once inflated"),  # the limit, lowered by its setting
+    (None, 1024, "without an element ending"),  # the default limit: past what the stream may hold
+])
+def test_a_gzip_bomb_fails_its_rank_in_one_line_and_the_others_are_analysed(dlrm_copy, tmp_path, limit_mb, spaces_mb, said):
+    """Issue 37 item 12: a 14 MB .json.gz (a trace header, then 3 GB of spaces) drove `analyze` past
+    10 GB; nothing capped the inflated text. A rank's trace past HPCPROF_MAX_TRACE_MB (default a
+    quarter of the machine's memory), or holding more text than the stream decode may hold where a
+    trace has events, fails with one line; memory stays well below the inflated size."""
+    f = _files(dlrm_copy)[3]
+    _bomb(f, b'{"distributedInfo": {"rank": 3, "world_size": 8}, "traceEvents": [', spaces_mb)
+    assert f.stat().st_size < spaces_mb * 2048  # a few KB per MB: under the stream decode's size guess
+    env = {k: v for k, v in os.environ.items() if k != "HPCPROF_MAX_TRACE_MB"}
+    if limit_mb is not None:
+        env["HPCPROF_MAX_TRACE_MB"] = str(limit_mb)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", _PEAK, str(dlrm_copy), "--out", str(out), "--workers", "1", "--quiet"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads((out / "summary.json").read_text())
+    assert _ranks(s) == [0, 1, 2, 4, 5, 6, 7]
+    named = [w for w in s["warnings"] if f.name in w]
+    assert len(named) == 1 and said in named[0] and "\n" not in named[0], s["warnings"]
+    peak = int(proc.stdout.strip().splitlines()[-1].split()[-1])
+    assert peak < 700, peak  # the text inflated is 1 GB

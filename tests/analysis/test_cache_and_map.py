@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from hpcprof.analysis import ANALYSIS_VERSION, analyze, analyze_rank
+
+from .conftest import DLRM, require
 
 
 def _files(d):
@@ -120,3 +124,76 @@ def test_nccl_dev_kernel_names_count_as_communication(dlrm_copy, tmp_path, helpe
     assert after["kernel_breakdown"] == before["kernel_breakdown"]
     assert after["collectives_matched"] == before["collectives_matched"] > 0
     assert [r["comm_comp_overlap_pct"] for r in after["per_rank"]] == [r["comm_comp_overlap_pct"] for r in before["per_rank"]]
+
+
+def test_a_trace_replaced_while_it_is_read_is_never_served_for_the_one_put_back(dlrm_copy, tmp_path, helpers, monkeypatch):
+    """Issue 37 item 10: the cache key was the file's hash taken before the parse. A trace replaced
+    while `analyze` read it and put back afterwards was served from the cache (and the outputs'
+    memo) with the swapped file's numbers. The swap happens deterministically inside the decode of
+    rank 3 (a wrapper around the map's read: the first read of that file sees the other content)."""
+    from hpcprof.analysis.ranks import mapper
+
+    victim = _files(dlrm_copy)[3]
+    original = tmp_path / "original.json.gz"
+    swapped = tmp_path / "swapped.json.gz"
+    original.write_bytes(victim.read_bytes())
+    doc = helpers.load_trace(victim)  # the swapped content: rank 3 without its compute kernels
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not (e.get("cat") == "kernel" and not e["name"].startswith("nccl"))]
+    helpers.write_trace(swapped, doc)
+    real, swaps = mapper.read_event_table, []
+
+    def read_while_swapped(path, *args, **kwargs):
+        if path == victim and not swaps:
+            swaps.append(path)
+            os.replace(swapped, victim)
+            try:
+                return real(path, *args, **kwargs)
+            finally:
+                os.replace(original, victim)  # put back: the same bytes as when analyze began
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(mapper, "read_event_table", read_while_swapped)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    first = analyze(dlrm_copy, out=out, workers=1, progress=False, cache_dir=cache)
+    assert swaps == [victim]
+    assert {r["rank"]: r for r in first["per_rank"]}[3]["compute_pct"] == 0.0  # what it read
+    assert any(victim.name in w and "changed while" in w for w in first["warnings"]), first["warnings"]
+    monkeypatch.undo()
+    truth = analyze(dlrm_copy, out=tmp_path / "truth", workers=2, progress=False, use_cache=False)
+    r3 = {r["rank"]: r for r in truth["per_rank"]}[3]
+    assert r3["compute_pct"] > 0
+    again = analyze(dlrm_copy, out=out, workers=2, progress=False, cache_dir=cache)  # the same output folder: no memo
+    assert again["cache"]["outputs_reused"] is False and 3 in again["cache"]["parsed_ranks"]
+    assert again["per_rank"] == truth["per_rank"]
+    elsewhere = analyze(dlrm_copy, out=tmp_path / "elsewhere", workers=2, progress=False, cache_dir=cache)
+    assert 3 in elsewhere["cache"]["cached_ranks"] and elsewhere["per_rank"] == truth["per_rank"]
+
+
+@pytest.fixture(scope="module")
+def dlrm_reference(tmp_path_factory, parse_cache) -> dict:
+    """The analysis of the DLRM set as it is: the numbers an analysis of a copy must give."""
+    return analyze(require(DLRM), out=tmp_path_factory.mktemp("ref") / "out", workers=2, progress=False, cache_dir=parse_cache)
+
+
+@pytest.mark.parametrize("how", ["a path under a file", "a regular file"])
+@pytest.mark.parametrize("no_cache", [True, False], ids=["--no-cache", "cache"])
+def test_a_cache_dir_that_cannot_be_written_is_one_line_and_the_ranks_are_analysed(dlrm_copy, tmp_path, dlrm_reference, how, no_cache):
+    """Issue 37 item 18: a --cache-dir that cannot be written made every rank fail with a
+    PermissionError and "nothing could be analysed", even with --no-cache. The tests run as root,
+    whom permission bits do not stop: the cache dir is a path no one can create a folder at."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    cache = blocker / "cache" if how == "a path under a file" else blocker
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "hpcprof.analyze", str(dlrm_copy), "--out", str(out), "--cache-dir", str(cache),
+                           "--workers", "2", "--quiet", *(["--no-cache"] if no_cache else [])], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads((out / "summary.json").read_text())
+    assert s["ranks_analyzed"] == list(range(8)) and s["per_rank"] == dlrm_reference["per_rank"]
+    said = [w for w in s["warnings"] if str(cache) in w]
+    assert blocker.read_text() == "a file" and not [p for p in out.iterdir() if p.name.startswith(".parse")]
+    assert "Traceback" not in proc.stderr
+    if no_cache:  # nothing needed writing there: nothing said
+        assert said == []
+    else:
+        assert len(said) == 1 and "not writable" in said[0] and "without the parse cache" in said[0], s["warnings"]

@@ -159,3 +159,58 @@ def test_the_notebook_names_a_rank_that_is_not_in_the_analysis(dlrm_copy, tmp_pa
     assert p.returncode != 0
     assert message in p.stderr, p.stderr[-3000:]
     assert "KeyError" not in p.stderr and "invalid literal" not in p.stderr
+
+
+# ------------------------------------------------------------------ issue 37 items 14, 15: the manifest
+def _run_of(dlrm: Path, root: Path, manifest: dict) -> Path:
+    """A run directory holding the DLRM traces as its baseline (traces/) and `manifest`."""
+    shutil.copytree(dlrm, root / "traces")
+    (root / "manifest.json").write_text(json.dumps({"name": "run", "world_size": 8, "executor": "local", **manifest}))
+    return root
+
+
+BASELINE = {"index": 0, "kind": "baseline", "steps": [8, 10], "folder": "traces"}
+
+
+@pytest.mark.parametrize("case", ["a rank died in the capture", "a capture numbered -1"])
+def test_a_capture_that_cannot_be_analysed_is_named_and_the_rest_is_analysed(dlrm_copy, tmp_path, parse_cache, case):
+    """A triggered run where a rank died during capture 1 (its folder traces/capture-1 never
+    written), or whose manifest numbers a capture -1: `analyze` failed whole with a
+    FileNotFoundError, the baseline not analysed either."""
+    captures = [BASELINE, {"index": 1, "kind": "rank", "rank": 3, "steps": [20, 22], "folder": "traces/capture-1"}]
+    if case == "a capture numbered -1":
+        captures.append({"index": -1, "kind": "rank", "rank": 5, "steps": [30, 32], "folder": "traces/capture--1"})
+    run = _run_of(dlrm_copy, tmp_path / "run", {"captures": captures})
+    if case == "a capture numbered -1":
+        shutil.copytree(dlrm_copy, run / "traces" / "capture-1")
+    p = _cli(str(run), "--cache-dir", str(parse_cache))
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    s = json.loads((run / "analysis" / "summary.json").read_text())
+    assert s["ranks_analyzed"] == list(range(8))  # the baseline
+    by_index = {c["index"]: c for c in s["captures"]}
+    if case == "a rank died in the capture":
+        said = [w for w in s["warnings"] if "capture 1" in w]
+        assert len(said) == 1 and "traces/capture-1" in said[0] and "\n" not in said[0], s["warnings"]
+        assert sorted(by_index) == [0, 1] and by_index[1]["error"] and by_index[1]["report"] is None
+    else:
+        said = [w for w in s["warnings"] if "-1" in w]
+        assert len(said) == 1 and "manifest.json" in said[0] and "captures" in said[0], s["warnings"]
+        assert sorted(by_index) == [0, 1] and by_index[1]["error"] is None  # capture 1 analysed
+        assert (run / "analysis" / "capture-1" / "summary.json").is_file()
+
+
+def test_malformed_rank_entries_of_the_manifest_are_named_and_the_others_used(dlrm_copy, tmp_path, parse_cache):
+    """Issue 37 item 15: a manifest rank entry `"rank": "a"` killed the whole analysis (int('a'))."""
+    entries = [{"rank": r, "node": f"node{r}"} for r in range(8)]
+    entries[5] = {"rank": "a", "node": "node5"}
+    entries[6] = {"rank": None, "node": "node6"}
+    entries += ["junk", {"rank": True, "node": "nodeX"}, {"rank": 2.5, "node": "nodeY"}]
+    run = _run_of(dlrm_copy, tmp_path / "run", {"ranks": entries})
+    s = analyze(run, progress=False, cache_dir=parse_cache)
+    assert s["ranks_analyzed"] == list(range(8))
+    nodes = {r["rank"]: r["node"] for r in s["per_rank"]}
+    assert nodes == {r: (None if r in (5, 6) else f"node{r}") for r in range(8)}, nodes  # DLRM's traces name no host
+    said = [w for w in s["warnings"] if "manifest.json" in w and "ranks" in w]
+    assert len(said) == 1, s["warnings"]
+    for bad in ("'a'", "None", "'junk'", "True", "2.5"):
+        assert bad in said[0], (bad, said[0])

@@ -120,3 +120,24 @@ def test_an_absurd_step_number_does_not_complete_a_run(base, tmp_path):
         _write(run / "steps" / f"rank-{r}.jsonl", recs + [dict(recs[-1], step=10**18)])
     st = run_state(run)
     assert st.state != "completed" and st.steps_done == 3, st
+
+
+def test_step_times_no_run_could_take_are_named_and_left_out(base, tmp_path):
+    """Issue 37 item 5: a step_s of 1e300 made the job's interval 0.0-650 samples/s, unflagged.
+    Times beyond a day (a step's, a region's, the GPU's) are named and left out: the figures equal
+    those of the same run without those records."""
+    base_run, clean = base
+    run = _copy(base_run, tmp_path)
+    steps = _records(run / "steps" / "rank-1.jsonl")
+    spoiled = [("step_s", 1e300), ("step_s", 86_401.0), ("backward_s", 1e300), ("gpu_ms", 1e300),
+               ("regions", {"attention": 1e300})]
+    extra = [dict(steps[6 + i % 4], **{key: value}) for i, (key, value) in enumerate(spoiled)]
+    with (run / "steps" / "rank-1.jsonl").open("a") as fh:
+        fh.write("".join(json.dumps(r) + "\n" for r in extra))
+    s = analyze(run, workers=2, progress=False)
+    warned = [w for w in s["warnings"] if "steps/rank-1.jsonl" in w]
+    assert len(warned) == 1 and f"{len(spoiled)} record(s) excluded" in warned[0], s["warnings"]
+    for field in ("step_s", "backward_s", "gpu_ms", "regions"):
+        assert field in warned[0], (field, warned[0])
+    assert s["throughput"] == clean["throughput"]
+    assert s["step_time"] == clean["step_time"]

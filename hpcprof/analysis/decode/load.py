@@ -8,6 +8,7 @@ every per-rank analysis, HTA's included, is built from that one decode.
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -21,10 +22,44 @@ from ..outputs.layout import TIMELINE_FILE
 from .events import DecodedTrace, DecodeError, ShapeError, decode
 
 TRACE_SUFFIXES = (".json.gz", ".json")
+MAX_TRACE_ENV = "HPCPROF_MAX_TRACE_MB"
+"""The largest JSON text one trace may have, in MB (a .gz counted inflated); default: a quarter of
+this machine's memory (`max_trace_bytes`)."""
 
 
 class TraceError(Exception):
     """A trace file that cannot be analysed; the message names the file and says why."""
+
+
+class InflateLimit(ValueError):
+    """A gzip stream inflates past the limit it was given (`gunzip`)."""
+
+
+def max_trace_bytes() -> int:
+    """The largest JSON text (a .gz inflated) a trace may have: HPCPROF_MAX_TRACE_MB where set,
+    else a quarter of the machine's physical memory. Why: the decode of one rank holds its event
+    table and the frames built from it, a few times the size of its text; a 14 MB .json.gz holding a
+    trace header and 3 GB of spaces drove `analyze` past 10 GB (issue 37, item 12). A trace past it
+    fails with one line (`too_large`); the other ranks are analysed."""
+    value = os.environ.get(MAX_TRACE_ENV, "").strip()
+    if value:
+        try:
+            mb = float(value)
+        except ValueError:
+            mb = math.nan
+        if not (math.isfinite(mb) and mb > 0):
+            raise TraceError(f"{MAX_TRACE_ENV}={value!r}: expected a number of MB > 0")
+        return int(mb * (1 << 20))
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError, AttributeError):  # not known here: no limit
+        return 1 << 62
+
+
+def too_large(name: str, limit: int) -> TraceError:
+    """The one line of a trace whose JSON text is larger than `limit` bytes."""
+    return TraceError(f"{name}: more than {limit / (1 << 20):,.0f} MB of JSON text{' once inflated' if name.endswith('.gz') else ''}, "
+                      f"the limit ({MAX_TRACE_ENV}; default a quarter of this machine's memory); not analysed")
 
 
 @dataclass
@@ -40,6 +75,7 @@ class TraceMeta:
     pg_config: list[dict] = field(default_factory=list)
     device_properties: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
 
 
 def discover_traces(path: Path) -> list[Path]:
@@ -60,12 +96,19 @@ def discover_traces(path: Path) -> list[Path]:
     return files
 
 
+def content_hasher():
+    """A new hasher of a trace file's bytes (`update(bytes)`, `hexdigest()`): `file_digest`'s, which
+    the decode also feeds with the bytes it reads (the parse cache keys an entry by exactly what
+    was parsed)."""
+    return xxhash.xxh3_128()
+
+
 def file_digest(path: str | os.PathLike, chunk: int = 1 << 20, on_block=None) -> str:
     """Content hash of a trace file (XXH3-128 of its bytes, streamed; the parse cache's key, not a
     security check: about 30 GB/s, where blake2b, used before, hashed 1.5 GB/s and took 15 ms of a
     20 MB rank's 0.35 CPU-s); `on_block(n)` is called with the size of each block hashed (a progress
     bar)."""
-    h = xxhash.xxh3_128()
+    h = content_hasher()
     with open(path, "rb") as fh:
         while True:
             block = fh.read(chunk)
@@ -83,20 +126,26 @@ def read_trace(path: str | os.PathLike) -> DecodedTrace:
     return decode_trace(path.name, read_bytes(path))
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
+def read_bytes(path: str | os.PathLike, limit: int | None = None, hasher=None) -> bytes:
     """The JSON text of one trace file (`.gz` decompressed); TraceError when it cannot be read or
-    holds nothing."""
+    holds nothing. `limit`: the most bytes of text accepted (InflateLimit past it: the caller
+    decides, decode.stream.read_event_table); `hasher` (`content_hasher()`) is fed the file's bytes."""
     path = Path(path)
     name = path.name
+    gz = name.endswith(".gz")
     try:
+        if limit is not None and not gz and path.stat().st_size > limit:
+            raise InflateLimit(limit)
         raw = path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{name}: cannot read file ({exc.strerror or exc})") from None
     if not raw:
         raise TraceError(f"{name}: empty file (0 bytes); the rank probably died before writing its trace")
-    if name.endswith(".gz"):
+    if hasher is not None:
+        hasher.update(raw)
+    if gz:
         try:
-            raw = gunzip(raw)
+            raw = gunzip(raw, limit)
         except gzip_errors() as exc:
             raise TraceError(
                 f"{name}: truncated or corrupt gzip data ({exc}); the trace was probably cut off while being written"
@@ -112,11 +161,27 @@ def gzip_errors() -> tuple[type[BaseException], ...]:
     return (EOFError, OSError, zlib.error) + ((isal.isal_zlib.error,) if isal is not None else ())
 
 
-def gunzip(data: bytes) -> bytes:
+def gunzip(data: bytes, limit: int | None = None) -> bytes:
     """gzip.decompress(data), by ISA-L's inflate where installed (cext.isal: 32 -> 20 ms for a
-    20 MB trace); errors: gzip_errors()."""
+    20 MB trace); errors: gzip_errors(). `limit`: InflateLimit once the text passes that many
+    bytes, before more is inflated (a gzip bomb never takes more memory than the limit)."""
     isal = cext.isal()
-    return (isal.igzip if isal is not None else gzip).decompress(data)
+    if limit is None:
+        return (isal.igzip if isal is not None else gzip).decompress(data)
+    z = isal.isal_zlib if isal is not None else zlib
+    parts: list[bytes] = []
+    n = 0
+    while True:  # one gzip member at a time, as gzip.decompress reads them
+        d = z.decompressobj(wbits=31)
+        parts.append(d.decompress(data, limit + 1 - n))
+        n += len(parts[-1])
+        if n > limit:
+            raise InflateLimit(limit)
+        if not d.eof:
+            raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+        data = d.unused_data
+        if not data.strip(b"\0"):  # the end, or gzip's zero padding after the last member
+            return b"".join(parts)
 
 
 def open_gzip(path: str | os.PathLike):

@@ -19,6 +19,7 @@ whose end cannot be confirmed, is decoded whole by decode.events.decode).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import re
 from pathlib import Path
@@ -28,12 +29,18 @@ import numpy as np
 import pandas as pd
 
 from .columns import _Columns
+from .counted import Limited, Tee, TextLimit
 from .events import META_KEYS, DecodedTrace, _Doc, _Event, event_table, loose_events
 from .native import available, columns_of
 
 STREAM_MIN_BYTES = 256 << 20
-"""Files whose JSON is larger than this (a .gz counted at 8x its size) are decoded as a stream."""
+"""Files whose JSON is larger than this (a .gz counted at 8x its size, or found larger once
+inflated) are decoded as a stream."""
 BLOCK = 16 << 20
+MAX_HELD = 64 << 20
+"""The most text the stream holds beyond its block without an element of traceEvents ending (and
+before the array, and after it): a profiler's events are far smaller; a file of spaces or of one
+endless string is refused here, not held whole (issue 37, item 12)."""
 GZ_RATIO = 8
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _META = msgspec.json.Decoder(_Doc)
@@ -46,6 +53,11 @@ _LUT[ord(",")] = 2
 
 class StreamError(ValueError):
     """The stream is not a trace we can split (no top-level traceEvents array, cut off)."""
+
+
+class HeldTooMuch(StreamError):
+    """MAX_HELD bytes of text without what a trace has there (an element's end, the array)."""
+
 
 
 class _Scanner:
@@ -111,10 +123,12 @@ def _events_key(buf: bytes, give_up_after: int | None = None):
     return None
 
 
-def stream_table(fh, block: int = BLOCK) -> tuple[dict, pd.DataFrame, int, int]:
+def stream_table(fh, block: int = BLOCK, limit: int | None = None) -> tuple[dict, pd.DataFrame, int, int]:
     """(metadata, event table, events, skipped entries) of the trace read from binary file `fh`.
     Raises msgspec.DecodeError for text that is not JSON, StreamError where no top-level
-    traceEvents array can be found or the file ends inside it."""
+    traceEvents array can be found or the file ends inside it, HeldTooMuch where MAX_HELD bytes
+    pass without an element ending, TextLimit past `limit` bytes of text."""
+    fh = Limited(fh, limit)
     buf = b""
     head = None
     while head is None:  # find the array: the key at depth 1, outside any string
@@ -123,6 +137,8 @@ def stream_table(fh, block: int = BLOCK) -> tuple[dict, pd.DataFrame, int, int]:
         head = _events_key(buf)
         if head is None and not more:
             raise StreamError("no 'traceEvents' list")
+        if head is None and len(buf) > MAX_HELD:
+            raise HeldTooMuch(f"no 'traceEvents' list in its first {MAX_HELD >> 20} MB")
     prefix = buf[: head.end() - 1]
     pos = head.end()  # first byte inside the array
     sc = _Scanner(2)
@@ -151,11 +167,15 @@ def stream_table(fh, block: int = BLOCK) -> tuple[dict, pd.DataFrame, int, int]:
             buf, scanned, pos = buf[cut + 1:], scanned - (cut + 1), 0  # drop what is decoded (the comma or ']' too)
         if end is not None:
             break
+        if len(buf) - pos > MAX_HELD:
+            raise HeldTooMuch(f"more than {MAX_HELD >> 20} MB of traceEvents without an element ending")
         more = fh.read(block)
         if not more:
             raise StreamError("the file ends inside traceEvents (truncated)")
         buf += more
-    suffix = buf + fh.read()
+    suffix = buf + fh.read(MAX_HELD + 1)
+    if len(suffix) > MAX_HELD:
+        raise HeldTooMuch(f"more than {MAX_HELD >> 20} MB of text after traceEvents")
     doc = prefix + b"[]" + suffix
     try:
         d = _META.decode(doc)
@@ -296,32 +316,63 @@ def split_table(raw: bytes | list, block: int | None = None) -> tuple[dict, pd.D
     return meta, cols.table(), cols.n, skipped
 
 
-def read_event_table(path: str | Path, min_bytes: int | None = None) -> tuple[dict, pd.DataFrame, int, int]:
+def read_event_table(path: str | Path, min_bytes: int | None = None, hasher=None,
+                     limit: int | None = None) -> tuple[dict, pd.DataFrame, int, int]:
     """(metadata, event table, number of events, skipped entries) of one trace; large files are
     decoded as a stream (module docstring), others read whole and decoded in blocks (`split_table`).
-    Raises TraceError with read_trace's messages."""
-    from .load import TraceError, decode_trace, gzip_errors, open_gzip, read_bytes
+    Raises TraceError with read_trace's messages. `hasher` (decode.load.content_hasher) is fed the
+    file's bytes as they are read, so its digest is that of what was decoded. `limit`: the most
+    bytes of JSON text (a .gz inflated) accepted, default decode.load.max_trace_bytes(); a .gz
+    read whole is inflated up to STREAM_MIN_BYTES at most, then decoded as a stream."""
+    from .load import InflateLimit, TraceError, decode_trace, max_trace_bytes, read_bytes, too_large
 
     path = Path(path)
-    gz = path.name.endswith(".gz")
+    name = path.name
+    gz = name.endswith(".gz")
+    limit = max_trace_bytes() if limit is None else limit
     try:
         size = path.stat().st_size * (GZ_RATIO if gz else 1)
     except OSError:
         size = 0
     if size <= (STREAM_MIN_BYTES if min_bytes is None else min_bytes):
-        box = [read_bytes(path)]
-        got = split_table(box)  # frees the text before it builds the table
-        if got is not None:
-            return got
-        raw = box.pop()
-        decoded: DecodedTrace = decode_trace(path.name, raw)
-        del raw
-        meta, n, skipped = decoded.meta, len(decoded), decoded.skipped
-        return meta, event_table(decoded), n, skipped
+        try:
+            box = [read_bytes(path, min(limit, STREAM_MIN_BYTES) if gz else limit, hasher)]
+        except InflateLimit:
+            if not gz or limit <= STREAM_MIN_BYTES:
+                raise too_large(name, limit) from None
+            box = None  # larger than its compressed size said: decoded as a stream
+            if hasher is not None:
+                hasher.reset()
+        if box is not None:
+            got = split_table(box)  # frees the text before it builds the table
+            if got is not None:
+                return got
+            raw = box.pop()
+            decoded: DecodedTrace = decode_trace(name, raw)
+            del raw
+            meta, n, skipped = decoded.meta, len(decoded), decoded.skipped
+            return meta, event_table(decoded), n, skipped
+    meta, table, n, skipped = _streamed(path, hasher, limit)
+    if not n:
+        raise TraceError(f"{name}: trace holds no events")
+    return meta, table, n, skipped
+
+
+def _streamed(path: Path, hasher, limit: int) -> tuple[dict, pd.DataFrame, int, int]:
+    """read_event_table's stream decode of `path`, its errors as TraceError's one line."""
+    from .load import TraceError, gzip_errors, open_gzip, too_large
+
     name = path.name
+    gz = name.endswith(".gz")
     try:
-        with (open_gzip(path) if gz else open(path, "rb")) as fh:
-            meta, table, n, skipped = stream_table(fh, BLOCK)
+        if not gz and path.stat().st_size > limit:
+            raise too_large(name, limit)
+        with open(path, "rb") as raw, Tee(raw, hasher) as tee:
+            with (open_gzip(tee) if gz else contextlib.nullcontext(tee)) as fh:
+                got = stream_table(fh, BLOCK, limit)
+            while tee.read(BLOCK):  # what the inflate left unread, for the digest
+                pass
+        return got
     except OSError as exc:
         if isinstance(exc, gzip.BadGzipFile) or not isinstance(exc, (FileNotFoundError, PermissionError)):
             raise TraceError(f"{name}: truncated or corrupt gzip data ({exc}); the trace was probably cut off while being written") from None
@@ -330,10 +381,11 @@ def read_event_table(path: str | Path, min_bytes: int | None = None) -> tuple[di
         raise TraceError(f"{name}: truncated or corrupt gzip data ({exc}); the trace was probably cut off while being written") from None
     except msgspec.DecodeError as exc:
         raise TraceError(f"{name}: not valid JSON ({str(exc)[:120]}); truncated or corrupt trace") from None
+    except TextLimit:
+        raise too_large(name, limit) from None
+    except HeldTooMuch as exc:
+        raise TraceError(f"{name}: {exc}; not a trace a profiler writes (corrupt or hostile), not analysed") from None
     except StreamError as exc:
         if "truncated" in str(exc):
             raise TraceError(f"{name}: not valid JSON ({exc}); truncated or corrupt trace") from None
         raise TraceError(f"{name}: not a Kineto/Chrome trace (no 'traceEvents' list)") from None
-    if not n:
-        raise TraceError(f"{name}: trace holds no events")
-    return meta, table, n, skipped

@@ -71,6 +71,8 @@ def communication_lines(comm: dict, device: str) -> list[str]:
     if device == "cpu" or comm.get("share_pct") is None:
         return []
     line = f"communication: {comm['share_pct']:.1f}% of GPU kernel time"
+    if comm.get("overlapped_pct") is not None:  # all of it, overlapped or not: say how much is hidden
+        line += f", {comm['overlapped_pct']:.1f}% of it overlapped with computation"
     if comm.get("differs"):
         line += f" (HTA's kernel-name rule: {comm.get('hta_share_pct') or 0.0:.1f}%)"
     if comm.get("wait_share") is not None:

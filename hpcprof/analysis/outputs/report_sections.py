@@ -25,7 +25,8 @@ def communication_section(s: dict, tables: dict) -> str:
     if s.get("device") in (None, "cpu"):
         body = "<p>CPU ranks: the collectives are the gloo worker thread's <code>gloo:&lt;op&gt;</code> events.</p>"
     else:
-        body = (f"<p>Communication takes <b>{_pct(c.get('share_pct'))}</b> of the GPU kernel time (all ranks, hpcprof); "
+        body = (f"<p>Communication takes <b>{_pct(c.get('share_pct'))}</b> of the GPU kernel time (all ranks, hpcprof), "
+                f"{_pct(c.get('overlapped_pct'))} of it overlapped with computation; "
                 f"HTA's kernel-name rule (<code>nccl*Kernel</code>) finds {_pct(c.get('hta_share_pct'))}.")
         if c.get("differs"):
             body += (" They differ: HTA's numbers (per-rank compute and overlap, the kernel breakdown) are kept as HTA's, "

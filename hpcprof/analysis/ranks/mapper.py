@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from .. import cache
-from ..decode.load import TraceError, file_digest, trace_meta
+from ..decode.load import TraceError, content_hasher, file_digest, trace_meta
+from ..decode.plausible import drop_impossible, dropped_warning
 from ..decode.stream import read_event_table
 from .categories import CategoryClock
 from .comm_kernels import Names
@@ -39,7 +40,11 @@ def analyze_rank(
     """Analyse one trace file; return its :class:`RankResult` (meta, table paths, cached or not).
 
     Bad input never raises: it comes back as ok=False with an `error` naming the file. `digest`
-    (the file's content hash) may be passed when the caller has computed it already.
+    (the file's content hash) may be passed when the caller has computed it already; it finds the
+    cache entry. A parsed rank's entry is keyed by the hash of the bytes the decode read, which is
+    `digest` unless the file changed since it was hashed (replaced while `analyze` ran): then the
+    result's meta `digest` differs from the one given, and the parse cache never holds, under the
+    old content's key, what another content gave (issue 37, item 10).
     """
     trace_path = Path(trace_path)
     try:
@@ -52,16 +57,19 @@ def analyze_rank(
             return _result(hit, trace_path, cached=True)
     t0 = time.perf_counter()
     with _gc_paused():
+        hasher = content_hasher()
         try:
             # the event table, decoded as a stream for large files (decode/stream.py)
-            meta_keys, table, n_events, skipped = read_event_table(trace_path)
+            meta_keys, table, n_events, skipped = read_event_table(trace_path, hasher=hasher)
         except TraceError as exc:
             return RankResult.failed(trace_path, str(exc))
+        digest = hasher.hexdigest()  # what was parsed
+        table, dropped = drop_impossible(table)
         box = [table]
         del table  # _analyze_doc drops the event table once it has what it needs from it
         try:
             with cache.EntryWriter(cache_dir, digest) as tmp:
-                _analyze_doc(trace_path, meta_keys, box, n_events, skipped, digest, tmp)
+                _analyze_doc(trace_path, meta_keys, box, n_events, skipped, digest, tmp, dropped)
         except Exception as exc:  # odd input we did not foresee: this file only, whatever the executor
             return RankResult.failed(trace_path, f"{trace_path.name}: analysis failed ({type(exc).__name__}: {exc})")
     res = _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
@@ -110,7 +118,8 @@ def _result(d: Path, trace_path: Path, cached: bool) -> RankResult:
     return RankResult(path=str(trace_path), ok=True, dir=str(d), meta=meta, tables=tables, cached=cached)
 
 
-def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, skipped: int, digest: str, out: Path) -> None:
+def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, skipped: int, digest: str, out: Path,
+                 dropped: dict[str, int] | None = None) -> None:
     table = box.pop()
     tm = trace_meta(trace_path, meta_keys)
     piece_problem = None
@@ -132,6 +141,8 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     name = trace_path.name
     if skipped:
         warnings.append(f"{name} (rank {tm.rank}): {skipped} entries of traceEvents are not JSON objects and were skipped")
+    if dropped:
+        warnings.append(dropped_warning(f"{name} (rank {tm.rank})", dropped))
 
     clock, busy = tl.category_clock(), tl.busy()  # each made once, for both tables
     write_table(_steps_table(tl, clock, busy), out / "steps.parquet")

@@ -6,12 +6,32 @@ from __future__ import annotations
 import pandas as pd
 
 
+def _rank_entry(e) -> bool:
+    """A manifest rank entry the analysis can use: an object whose rank is a number >= 0."""
+    r = e.get("rank") if isinstance(e, dict) else None
+    return isinstance(r, int) and not isinstance(r, bool) and r >= 0
+
+
+def checked_rank_entries(manifest: dict, warnings: list[str]) -> None:
+    """Name in `warnings`, in one line, the manifest's rank entries whose rank is not a number >= 0
+    (left out: their ranks' nodes come from the traces). Why: `"rank": "a"` made the analysis fail
+    whole (issue 37, item 15)."""
+    entries = manifest.get("ranks") if isinstance(manifest.get("ranks"), list) else []
+    bad = [e for e in entries if not _rank_entry(e)]
+    if bad:
+        shown = ", ".join(repr(e.get("rank") if isinstance(e, dict) else e)[:40] for e in bad[:8]) + (", ..." if len(bad) > 8 else "")
+        warnings.append(f"manifest.json: {len(bad)} ranks entr{'ies' if len(bad) != 1 else 'y'} without a rank number >= 0 "
+                        f"left out (rank {shown}); their nodes come from the traces")
+
+
 def node_names(manifest: dict, metas: dict[int, dict]) -> dict[int, str | None]:
     """Rank -> node: the manifest's (the launcher knows), else the host name the trace recorded."""
     nodes = {}
-    for e in manifest.get("ranks", []) or []:
-        if isinstance(e, dict) and "rank" in e:
-            nodes[int(e["rank"])] = e.get("node")
+    entries = manifest.get("ranks") if isinstance(manifest.get("ranks"), list) else []
+    for e in entries:
+        if _rank_entry(e):
+            node = e.get("node")
+            nodes[e["rank"]] = node if isinstance(node, str) else None if node is None else str(node)
     for r, m in metas.items():
         nodes.setdefault(r, m.get("host"))
     return nodes
