@@ -21,7 +21,9 @@ def _titles(s) -> list[str]:
 def test_undrilled_dlrm_keeps_its_communication_advice_as_waiting(replayed_sets):
     _, s, _ = replayed_sets["dlrm"]
     c = s["communication"]
-    assert c["share_pct"] == pytest.approx(83.9, abs=0.1) and c["wait_share"] > 0.9
+    # all the GPU time during which a communication kernel runs, overlapped with compute or not (issue 37,
+    # item 7: the part not overlapped, 83.9%, was the headline before)
+    assert c["share_pct"] == pytest.approx(86.8, abs=0.1) and c["wait_share"] > 0.9
     assert s["stragglers"] == []
     assert not any(t.startswith("Communication-bound") for t in _titles(s))
     rec = next(r for r in s["recommendations"] if r["title"].startswith("Communication is mostly waiting"))
