@@ -63,15 +63,15 @@ RUN_BY: dict[str, tuple[str, list[str] | None]] = {
          ["README.md", '"nbconvert"', '"post_job.ipynb"', 'cmd.replace("<name>", name)']),
     "python -m hpcprof.compare runs/<baseline> runs/<changed>":
         ("tests/test_compare.py::test_kineto_workers0_vs_workers4", None),
-    "python -m hpcprof.submit --script train.py --train-steps 100 -- --lr 0.1":
+    "python -m hpcprof.submit --script train.py -- --lr 0.1":
         ("tests/test_user_code.py::test_a_user_script_gets_step_records_and_regions_on_every_rank",
-         ['"hpcprof.submit"', '"--script"', '"train.py"', '"--train-steps"', '"--", "--lr"']),
+         ['"hpcprof.submit"', '"--script"', '"train.py"', '"--", "--lr"']),
     "python -m hpcprof.submit --cluster slurm --nodes 2 --partition <yours> --script train.py --wait":
         ("tests/slurm/test_slurm_user_code.py::test_a_user_script_through_submitit_on_two_nodes",
          ['"hpcprof.submit"', '"--cluster", "slurm"', '"--nodes", "2"', '"--partition"', '"--script", "train.py"', '"--wait"']),
-    "torchrun --nproc-per-node 4 train.py":
-        ("tests/test_user_code.py::test_torchrun_without_hpcprof_gives_a_run_directory_analyze_reads",
-         ['"torch.distributed.run"', '"--nproc-per-node"', '"train.py"']),
+    "torchrun --nproc-per-node 4 -m hpcprof.wrap train.py --lr 0.1":
+        ("tests/test_unchanged_scripts.py::test_an_unchanged_script_gets_one_step_record_per_optimizer_step_on_every_rank",
+         ['"torch.distributed.run"', '"--nproc-per-node"', '"-m", "hpcprof.wrap"']),
     "python -m hpcprof.ladder jobs/ladder-cpu --repeat 3":
         ("tests/test_ladder.py::test_cpu_ladder_throughput_rises_where_it_should", ['"jobs/ladder-cpu"', '"--repeat", "3"', "hpcprof.ladder"]),
     "python -m hpcprof.submit --job jobs/demo-local.toml --name before --repeat 3":
