@@ -118,7 +118,7 @@ def test_drills_naming_ranks_outside_a_torchrun_world_are_refused_at_start_up_an
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     said = "HpcprofUsageError: hpcprof.run(): drills.straggler: rank 9 does not exist (world size 2)"
-    assert proc.stderr.count(said) >= 2, proc.stderr[-3000:]  # each rank says it
+    assert said in proc.stderr, proc.stderr[-3000:]  # the first rank to say it; torchrun then stops the other
     assert not (tmp_path / "runs").exists()  # no run directory, no manifest recording the drills
 
 

@@ -37,17 +37,18 @@ class TrainTask(Checkpointable):
         except Exception:  # not under a submitit job (a test calling the task): no log to name
             env, log = None, None
         launcher = getattr(self, "launcher", None)  # tasks pickled by older versions have none
-        led = False
         if launcher and env is not None and os.environ.get("SUBMITIT_EXECUTOR") == "local":
             from ..lifetime import lead_own_group
             from .lifeline import die_with_launcher
 
             die_with_launcher(launcher, self.run_root, env.global_rank)
-            led = lead_own_group()  # what the training code forks stays in a group of this rank's own
-        try:
-            return run_rank(spec_from_dict(self.spec_dict), self.run_root, log=log)
-        finally:
-            if led:
+            if lead_own_group():  # what the training code forks stays in a group of this rank's own
+                import atexit
+
                 from ..lifetime import end_own_group
 
-                end_own_group()  # a child left behind would hold this rank's sockets and outlive the job
+                # when the process ends, after submitit has written the result: a child left behind
+                # would hold this rank's sockets and outlive the job (ended then, a DataLoader's
+                # workers cannot fail the task)
+                atexit.register(end_own_group)
+        return run_rank(spec_from_dict(self.spec_dict), self.run_root, log=log)
