@@ -126,11 +126,13 @@ def test_nccl_dev_kernel_names_count_as_communication(dlrm_copy, tmp_path, helpe
     assert [r["comm_comp_overlap_pct"] for r in after["per_rank"]] == [r["comm_comp_overlap_pct"] for r in before["per_rank"]]
 
 
-def test_a_trace_replaced_while_it_is_read_is_never_served_for_the_one_put_back(dlrm_copy, tmp_path, helpers, monkeypatch):
+@pytest.mark.parametrize("decode", ["whole", "stream"])
+def test_a_trace_replaced_while_it_is_read_is_never_served_for_the_one_put_back(dlrm_copy, tmp_path, helpers, monkeypatch, decode):
     """Issue 37 item 10: the cache key was the file's hash taken before the parse. A trace replaced
     while `analyze` read it and put back afterwards was served from the cache (and the outputs'
     memo) with the swapped file's numbers. The swap happens deterministically inside the decode of
-    rank 3 (a wrapper around the map's read: the first read of that file sees the other content)."""
+    rank 3 (a wrapper around the map's read: the first read of that file sees the other content),
+    read whole or as a stream (the decode of large traces, here asked for every size)."""
     from hpcprof.analysis.ranks import mapper
 
     victim = _files(dlrm_copy)[3]
@@ -143,6 +145,8 @@ def test_a_trace_replaced_while_it_is_read_is_never_served_for_the_one_put_back(
     real, swaps = mapper.read_event_table, []
 
     def read_while_swapped(path, *args, **kwargs):
+        if decode == "stream":
+            kwargs["min_bytes"] = 0
         if path == victim and not swaps:
             swaps.append(path)
             os.replace(swapped, victim)

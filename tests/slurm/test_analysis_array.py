@@ -71,7 +71,7 @@ def test_slurm_array_summary_equals_local_pool_one_task_per_rank(slurm_cluster, 
 
     out = tmp_path / "slurm"
     proc = subprocess.run(
-        [sys.executable, "-m", "hpcprof.analyze", str(traces), "--out", str(out), "--no-cache", "--quiet",
+        [sys.executable, "-m", "hpcprof.analyze", str(traces), "--out", str(out), "--quiet",
          "--executor", "slurm", "--slurm-partition", slurm_cluster.partition, "--slurm-time", "5",
          "--slurm-cpus", "1", "--slurm-mem-gb", "2"],
         env=slurm_cluster.env, capture_output=True, text=True, timeout=240, cwd=tmp_path,
@@ -83,7 +83,7 @@ def test_slurm_array_summary_equals_local_pool_one_task_per_rank(slurm_cluster, 
         assert summary[key] == local[key], key
     assert [r["rank"] for r in summary["per_rank"]] == list(range(8))
     assert summary["cache"]["executor"] == "slurm"
-    assert summary["cache"]["parsed_ranks"] == list(range(8))  # parsed on the cluster, not served from a cache
+    assert summary["cache"]["parsed_ranks"] == list(range(8))  # parsed on the cluster (a new output folder: its cache is empty)
     # the tables the reduce read are the ones the array tasks wrote into the shared cache
     assert len(list((out / ".cache").glob("*-v*/meta.json"))) == 8
     # the merged timeline is built from the pieces the array tasks cached with each rank's result
@@ -98,6 +98,22 @@ def test_slurm_array_summary_equals_local_pool_one_task_per_rank(slurm_cluster, 
     assert sorted(tasks) == sorted(f"{m.group(1)}_{i}" for i in range(8))
     assert all(state == "COMPLETED" for state, _ in tasks.values()), tasks
     assert {nodes for _, nodes in tasks.values()} <= set(slurm_cluster.node_names)
+
+    # --no-cache writes nothing into the parse cache: the tasks write the tables into a scratch
+    # folder of the output folder, removed at the end (issue 37, item 18); one task for all ranks
+    out = tmp_path / "slurm-no-cache"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpcprof.analyze", str(traces), "--out", str(out), "--no-cache", "--quiet",
+         "--executor", "slurm", "--array-chunk", "8", "--slurm-partition", slurm_cluster.partition,
+         "--slurm-time", "5", "--slurm-cpus", "1", "--slurm-mem-gb", "2"],
+        env=slurm_cluster.env, capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = json.loads((out / "summary.json").read_text())
+    for key in SAME_KEYS:
+        assert again[key] == local[key], key
+    assert again["cache"]["dir"] is None and not list(out.glob(".cache/*-v*"))
+    assert not [p for p in out.iterdir() if p.name.startswith(".parse-")]
 
 
 def test_an_exception_in_one_file_of_a_chunk_costs_only_that_file(traces, tmp_path, monkeypatch):

@@ -59,7 +59,6 @@ class HeldTooMuch(StreamError):
     """MAX_HELD bytes of text without what a trace has there (an element's end, the array)."""
 
 
-
 class _Scanner:
     """Where the elements of the traceEvents array end, block by block (state carried across)."""
 
