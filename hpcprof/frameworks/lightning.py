@@ -59,7 +59,8 @@ except ImportError:  # the standalone package of the same framework
     except ImportError:
         raise ImportError("hpcprof.frameworks.lightning needs Lightning: pip install 'hpcprof[lightning]'") from None
 
-from .steps import OptimizerSteps, first_dim, warn
+from ..rank.auto import first_dim
+from .steps import OptimizerSteps, warn
 
 
 class HpcprofCallback(Callback):

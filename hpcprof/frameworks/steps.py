@@ -136,23 +136,3 @@ def warn(message: str) -> None:
     if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
         return
     print(f"hpcprof: {message}", file=sys.stderr, flush=True)
-
-
-def first_dim(batch: Any) -> int | None:
-    """The samples in a batch: the first dimension of its first tensor (a tensor, or one inside a
-    mapping, list or tuple, depth first); None when it holds no tensor."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.ndim else 1
-    if isinstance(batch, dict) or hasattr(batch, "keys") and hasattr(batch, "__getitem__"):
-        items = [batch[k] for k in batch.keys()]
-    elif isinstance(batch, (list, tuple)):
-        items = list(batch)
-    else:
-        return None
-    for item in items:
-        n = first_dim(item)
-        if n is not None:
-            return n
-    return None

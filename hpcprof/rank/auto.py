@@ -133,7 +133,7 @@ class AutoSession:
         if torch.is_grad_enabled():
             if self.run.step_number is not None:
                 self.run.profiler_step()
-            n = _batch_of(args, kwargs)
+            n = first_dim([*args, *kwargs.values()])
             if n is None:
                 self._counted = False
             else:
@@ -161,15 +161,22 @@ class AutoSession:
         r.begin_step(defer_drill=True)
 
 
-def _batch_of(args: tuple, kwargs: dict) -> int | None:
-    """The first dimension of the first tensor among the model's arguments (None: no tensor)."""
-    for value in list(args) + list(kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            return int(value.shape[0]) if value.dim() > 0 else None
-        if isinstance(value, dict):
-            for v in value.values():
-                if isinstance(v, torch.Tensor) and v.dim() > 0:
-                    return int(v.shape[0])
+def first_dim(batch: Any) -> int | None:
+    """The samples in a batch: the first dimension of its first tensor (a tensor, or one inside a
+    mapping, list or tuple, depth first); None when it holds no tensor. Zero-change mode counts the
+    model's inputs with it, the framework adapters (hpcprof.frameworks) their batches."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.ndim else 1
+    if isinstance(batch, dict) or hasattr(batch, "keys") and hasattr(batch, "__getitem__"):
+        items = [batch[k] for k in batch.keys()]
+    elif isinstance(batch, (list, tuple)):
+        items = list(batch)
+    else:
+        return None
+    for item in items:
+        n = first_dim(item)
+        if n is not None:
+            return n
     return None
 
 

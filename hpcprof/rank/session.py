@@ -106,6 +106,8 @@ class Run(StepLoop):
         self._next_step = 0
         self._state = "new"  # new -> entered -> connected -> closed
         self._requeued = False
+        self._profiler_pending = False  # the profiler's step, deferred to the next forward (zero-change mode)
+        self._drill_pending = False  # the straggler drill's sleep, deferred likewise
         self._saver: Saver | None = None
         self._resume: dict | None = None
         self._tail: StepRecord | None = None

@@ -102,10 +102,10 @@ class StepLoop:
         """The profiler step deferred by ``end_step(defer_profiler=True)``, if one is pending; then the
         straggler drill's sleep deferred by ``begin_step(defer_drill=True)``, so that both the trace's
         ``ProfilerStep#`` range and the step record hold it."""
-        if getattr(self, "_profiler_pending", False):
+        if self._profiler_pending:
             self._profiler_pending = False
             self.prof.step()
-        if getattr(self, "_drill_pending", False) and self._step is not None:
+        if self._drill_pending and self._step is not None:
             self._drill_pending = False
             self._drill_s += self.drills.straggle(self._step, self.use_cuda)
 
