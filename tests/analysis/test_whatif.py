@@ -460,3 +460,21 @@ def test_replay_of_the_scenarios_without_their_array(seed):
     assert np.array_equal(segs.array(), plain, equal_nan=True)
     assert np.array_equal(sg.replay(g, segs, tail), sg.replay(g, plain, tail))
     assert np.array_equal(sg.replay_ends(g, segs, tail)[1], sg.replay_ends(g, plain, tail)[1])
+
+
+def test_main_thread_that_resumed_just_before_the_gloo_range_closed_waited_for_it():
+    """A gloo worker's range closes after it woke the waiting thread: DDP's main thread resumed 2.4 ms
+    before the 66 ms all-reduce it waited in had ended (an unchanged nanoGPT script, its peer drilled
+    to sleep 50 ms). That is a wait; computing through a collective is not, even when the main
+    thread paused for a few microseconds between operators just before it ended."""
+    import numpy as np
+
+    from hpcprof.analysis.ranks.timeline import _main_waited
+
+    # main thread computing (ms): [0, 44), [108, 112): idle 44-108 (blocked in DDP's wait)
+    # and, for a collective it computed through, many ops 200-300 ms with 5 us gaps between them
+    op_s = np.concatenate([[0.0, 108e3], np.arange(200e3, 300e3, 1e3)])
+    op_e = np.concatenate([[44e3, 112e3], np.arange(200e3, 300e3, 1e3) + 995.0])
+    since = np.array([44.1e3, 210e3, 44.1e3])
+    t = np.array([110.5e3, 290.5e3, 125e3])  # ended 2.4 ms after the resume; computed through; resumed 17 ms before
+    assert _main_waited(op_s, op_e, t, since).tolist() == [True, False, False]

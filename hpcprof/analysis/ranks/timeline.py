@@ -38,6 +38,10 @@ was 2 ms until a SLURM drill in a full-suite run had the main thread resume 2.12
 rank's cost in that step came out 7.3 ms instead of about 60 (on the quiet host the same resume
 took 0.02-0.07 ms). A longer bound risks little: to be counted wrongly, a collective must end
 while the main thread is between operators (gaps of microseconds while it computes)."""
+WAITED_MIN_IDLE_US = 1000.0
+"""The idle stretch inside a collective that counts as a wait when the main thread resumed before
+the collective's range ended (`_main_waited`): far above the microsecond gaps between the operators
+of a thread that computes, below the shortest wait that costs a step anything worth reporting."""
 CATEGORIES = STEP_CATEGORIES
 """What a rank spent a time window on (RankTimeline.window's keys): the per-step and per-window
 columns of the map's tables. Defined in ranks/categories.py, with the straggler causes (these + comm)."""
@@ -160,14 +164,29 @@ class RankTimeline:
         }
 
 
-def _main_waited(op_start: np.ndarray, op_end: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Per instant t (a collective's end): whether the main thread sat idle at t and resumed computing
-    within WAITED_RESUME_US after it (the operator intervals are the main thread's computing ops)."""
+def _main_waited(op_start: np.ndarray, op_end: np.ndarray, t: np.ndarray, since: np.ndarray | None = None) -> np.ndarray:
+    """Per collective ending at t (started at `since`): whether the main thread sat blocked in it. Yes
+    when the main thread was idle at t and resumed computing within WAITED_RESUME_US after it; or
+    when it resumed up to WAITED_RESUME_US *before* t after an idle stretch of at least
+    WAITED_MIN_IDLE_US inside the collective: a gloo worker's ``gloo:<op>`` range closes after the
+    data arrived and the waiting thread was woken (measured: DDP's main thread resumed 0.5-5 ms
+    before its all-reduce's range ended; by the first rule alone, a 60 ms wait for a drilled peer
+    was not a chain point and the peer's cost in that step came out 0). The operator intervals are
+    the main thread's computing ops."""
     busy = Intervals(op_start, op_end)
     starts = np.sort(op_start)
     j = np.searchsorted(starts, t, side="left")
     nxt = np.where(j < starts.size, starts[np.minimum(j, max(starts.size - 1, 0))] if starts.size else np.inf, np.inf)
-    return ~busy.contains(t) & (nxt - t <= WAITED_RESUME_US)
+    waited = ~busy.contains(t) & (nxt - t <= WAITED_RESUME_US)
+    if since is None or not busy.s.size:
+        return waited
+    # the idle gaps between the merged busy intervals: [busy.e[i-1], busy.s[i]), resuming at busy.s[i]
+    gap_from = np.concatenate([[-np.inf], busy.e[:-1]])
+    for n in np.flatnonzero(~waited):
+        lo, hi = np.searchsorted(busy.s, [t[n] - WAITED_RESUME_US, t[n]], side="left")
+        idle = busy.s[lo:hi] - np.maximum(gap_from[lo:hi], since[n])
+        waited[n] = bool(idle.size) and float(idle.max()) >= WAITED_MIN_IDLE_US
+    return waited
 
 
 def _coll_kind_from_kernel(name: str) -> str:
@@ -354,7 +373,7 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
         # when the data from the slowest peer arrived.
         idx = np.flatnonzero(is_gloo)
         waited = np.zeros(n, dtype=bool)
-        waited[idx] = _main_waited(ts[computing], end[computing], end[idx])
+        waited[idx] = _main_waited(ts[computing], end[computing], end[idx], ts[idx])
         for i in idx[np.argsort(ts[idx], kind="stable")]:
             kind = GLOO_RE.match(names[i]).group(1)
             collectives.append(
