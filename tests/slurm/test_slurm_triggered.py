@@ -1,6 +1,8 @@
 """Issue 20 on the emulated 2-node cluster: profiler mode "triggered", 2 nodes x 1 rank (a core
-each), rank 1 on n2 turning slow at step 120 (`--inject-straggler 1:60:2@120`, see
-tests/test_triggered.py for why every second step). The same checks as the local run: the baseline
+each), rank 1 on n2 turning slow at step 120 (`--inject-straggler 1:240:2@120`, see
+tests/test_triggered.py for why every second step, and why the drill is most of a step and the
+threshold 20%: this VM's noise makes a rank 10-15% of a step late for seconds; here the step is
+about 300 ms, 32 px images, batch 8). The same checks as the local run: the baseline
 only before step 120, a capture within 20 steps, and its analysis names rank 1 with host_gap and
 its in-run cost; here across two hosts' clocks."""
 
@@ -16,9 +18,10 @@ from hpcprof.rundir import RunDir
 
 from .test_slurm_jobs import submit_cmd
 
-FLAGS = ["--tasks-per-node", "1", "--train-steps", "200", "--data-batch-size", "8", "--profiler-mode", "triggered",
-         "--profiler-wait", "10", "--profiler-warmup", "1", "--profiler-active", "10",
-         "--inject-straggler", "1:60:2@120", "--time-min", "20", "--wait",
+DRILL_MS = 240
+FLAGS = ["--tasks-per-node", "1", "--train-steps", "200", "--data-batch-size", "8", "--model-image-size", "32",
+         "--profiler-mode", "triggered", "--profiler-wait", "10", "--profiler-warmup", "1", "--profiler-active", "10",
+         "--inject-straggler", f"1:{DRILL_MS}:2@120", "--time-min", "20", "--wait", "--profiler-trigger-threshold-pct", "20",
          "--profiler-trigger-job-pct", "1000"]  # the job-wide trigger off: why in tests/test_triggered.py
 
 
@@ -39,7 +42,7 @@ def test_a_rank_turning_slow_on_node_n2_is_captured_and_named(slurm_cluster, tmp
     lo, hi = capture["steps"][0] + 1, capture["steps"][1]
     truth = drill_truth({r: [x for x in run.read_steps(r) if lo <= x["step"] <= hi] for r in (0, 1)},
                         warmup_steps=0, profiled_only=True)
-    require_resolved_truth(truth, drill_ms=60.0)
+    require_resolved_truth(truth, drill_ms=DRILL_MS)
     summary = analyze(run.root, out=tmp_path / "a", workers=2, progress=False)
     assert [c["index"] for c in summary["captures"]] == [0, 1]
     capture_summary = json.loads((tmp_path / "a" / summary["captures"][1]["report"]).with_name("summary.json").read_text())
