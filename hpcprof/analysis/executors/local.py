@@ -34,13 +34,40 @@ def worker_init() -> None:
     die_with_parent()
 
 
-def stop_pool(pool: ProcessPoolExecutor) -> None:
+class WorkerPool(ProcessPoolExecutor):
+    """A process pool that knows its workers: each reports its pid when it starts (through a queue
+    of the pool's own), so that :func:`stop_pool` can kill them. Why not the pool's private process
+    table: it is another package's internal (issue 34)."""
+
+    def __init__(self, max_workers: int, mp_context=None, initializer=None, initargs: tuple = ()):
+        ctx = mp_context or mp.get_context()
+        self.worker_pids = ctx.SimpleQueue()
+        super().__init__(max_workers=max_workers, mp_context=ctx, initializer=_report_pid,
+                         initargs=(self.worker_pids, initializer, initargs))
+
+    def pids(self) -> set[int]:
+        """The pids of the workers started so far."""
+        seen: set[int] = set()
+        while not self.worker_pids.empty():
+            seen.add(self.worker_pids.get())
+        return seen
+
+
+def _report_pid(queue, initializer, initargs) -> None:
+    queue.put(os.getpid())
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def stop_pool(pool: WorkerPool) -> None:
     """Stop a pool now, its running tasks included (on an interruption: waiting for the current
     tasks could take minutes on large traces)."""
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+    import signal
+
+    for pid in pool.pids():
         try:
-            proc.kill()
-        except Exception:  # already gone
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # already gone
             pass
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -123,7 +150,7 @@ def _map_pool(files: list[Path], cache_dir: Path, use_cache: bool, workers: int,
         if _parses(files, cache_dir, use_cache, digests):
             preload()  # before the fork: the workers inherit it (about 55 ms less in each one's first rank)
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        ex = ProcessPoolExecutor(max_workers=workers - 1, mp_context=ctx, initializer=worker_init)
+        ex = WorkerPool(max_workers=workers - 1, mp_context=ctx, initializer=worker_init)
     try:
         for _ in range(workers - 1):
             hand_out(ex)

@@ -14,10 +14,9 @@ from __future__ import annotations
 import importlib
 import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from ..executors.local import stop_pool
+from ..executors.local import WorkerPool, stop_pool
 from ..reduce.crossrank import Reduced
 from ..reduce.whatif import NOISE_FLOOR_MS, REL_THRESHOLD
 from .chart_plan import ORDER
@@ -58,8 +57,8 @@ class Charts:
         self.futs: list = []
         if (os.cpu_count() or 1) > 1 and "fork" in mp.get_all_start_methods():
             try:
-                self.pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork"),
-                                                initializer=_chart_worker_init)
+                self.pool = WorkerPool(max_workers=1, mp_context=mp.get_context("fork"),
+                                       initializer=_chart_worker_init)
                 self.futs = [self.pool.submit(_import_plots)]  # start it now
             except OSError:
                 self.pool = None
