@@ -138,9 +138,16 @@ def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]
     goes to logs/submitit-controller.log); after `grace_s`, SIGKILL to whatever of it is still
     alive, and to what the ranks left in their process groups (:func:`end_leftovers`). Returns the
     pids that had to be killed."""
-    process = getattr(job, "_process", None)
+    # the controller: submitit's local job id is its pid (the process submit started)
+    controller = int(job.job_id) if str(getattr(job, "job_id", "")).isdigit() else None
+
+    def controller_done() -> bool:
+        with contextlib.suppress(Exception):
+            return bool(job.done(force_check=True))
+        return controller is None or not _alive(controller)
+
     # the ranks: the controller's children (started before rank 0 could list them) and the manifest's
-    pids = sorted(set(rank_pids_here(manifest)) | set(children_of(process.pid) if process is not None else []))
+    pids = sorted(set(rank_pids_here(manifest)) | set(children_of(controller) if controller is not None else []))
     for pid in pids:
         if _alive(pid):
             with contextlib.suppress(OSError):
@@ -150,19 +157,18 @@ def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]
             job.cancel(check=False)
     deadline = time.time() + grace_s
     while time.time() < deadline:
-        controller_done = process is None or process.poll() is not None
-        if controller_done and not any(_alive(p) for p in pids):
+        if controller_done() and not any(_alive(p) for p in pids):
             return end_leftovers(manifest)
         time.sleep(0.1)
     killed = []
-    for pid in pids + ([process.pid] if process is not None and process.poll() is None else []):
+    for pid in pids + ([controller] if controller is not None and not controller_done() else []):
         if _alive(pid):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
-    if process is not None:
-        with contextlib.suppress(Exception):
-            process.wait(timeout=10)
+    end = time.time() + 10
+    while time.time() < end and not controller_done():  # reaped by submitit's job when done() polls it
+        time.sleep(0.1)
     return killed + end_leftovers(manifest)
 
 
