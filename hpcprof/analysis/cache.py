@@ -1,6 +1,7 @@
 """The two caches of the analysis: the per-rank parse cache and the whole-analysis memo.
 
-Parse cache: per-rank tables keyed by the trace's content hash and ANALYSIS_VERSION.
+Parse cache: per-rank tables keyed by the trace's content hash and ANALYSIS_VERSION; an entry made
+with another HTA release than the installed one (meta.json `hta`) is parsed again and replaced.
 
 Layout: <cache_dir>/<digest>-v<ANALYSIS_VERSION>/{meta.json, *.parquet}. An entry is written to a
 temporary directory and renamed into place, so a crashed worker never leaves a half entry that
@@ -8,7 +9,7 @@ looks complete. Because the key is the hash of the file's bytes, a changed or re
 new key and is never served stale; bump ANALYSIS_VERSION whenever per-rank tables change meaning.
 
 Whole-analysis memo: when the trace bytes, the steps files and manifest (size, mtime), the options
-(ranks), ANALYSIS_VERSION and REDUCE_VERSION all match the `inputs_key` of the summary.json already
+(ranks), the HTA release, ANALYSIS_VERSION and REDUCE_VERSION all match the `inputs_key` of the summary.json already
 in the output folder, the outputs there are current and are returned as they are, without mapping,
 reducing or drawing again.
 """
@@ -27,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..hta_release import installed_hta
 from ..rundir import RunDir
 from ..rundir.layout import current_umask
 from .decode.load import file_digest
@@ -51,9 +53,16 @@ def lookup(cache_dir: str | os.PathLike, digest: str) -> Path | None:
             meta = json.loads((d / META).read_text())
         except (OSError, ValueError):
             return None
-        if meta.get("analysis_version") == ANALYSIS_VERSION and meta.get("digest") == digest and _tables_intact(d):
+        same = (meta.get("analysis_version"), meta.get("digest"), meta.get("hta")) == (ANALYSIS_VERSION, digest, hta_key())
+        if same and _tables_intact(d):
             return d
     return None
+
+
+def hta_key() -> str:
+    """The installed HTA release as an entry records it: an entry made with another release is a
+    miss, parsed again (HTA's numbers and tables may differ between releases)."""
+    return str(installed_hta())
 
 
 def _tables_intact(d: Path) -> bool:

@@ -14,10 +14,12 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..hta_release import require_hta
 from ..rundir import RunDir, RunDirError, rank_from_name
 from ..rundir import manifest as run_manifest
 from ..rundir.state import run_state
 from . import cache
+from .decode.hta_frame import fast_path_problem
 from .decode.load import discover_traces
 from .errors import AnalysisError
 from .executors import run_map
@@ -72,6 +74,10 @@ def analyze(
         raise AnalysisError(f"{src}: no such run directory or trace folder")
     if not src.is_dir():
         raise AnalysisError(f"{src}: expected a run directory (runs/<name>) or a folder of *.json / *.json.gz traces")
+    try:
+        hta = require_hta()  # before anything is written: without HTA there is nothing to analyse
+    except RuntimeError as exc:
+        raise AnalysisError(str(exc)) from None
     run = RunDir(src)
     is_run = run.manifest_path.is_file() or run.traces_dir.is_dir()
     manifest: dict = {}
@@ -99,8 +105,9 @@ def analyze(
         raise AnalysisError(f"{traces}: no such folder of traces (its ranks wrote none)")
     files = _traces(Path(traces) if traces is not None else src, ranks, is_run)
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
-    digests, key = cache.inputs_key(src, files, ranks, options=f"timeline={timeline_steps}/{timeline_max_events}",
-                                    progress=progress)
+    # outputs made with another HTA release are not reused (its numbers may differ)
+    options = f"timeline={timeline_steps}/{timeline_max_events} hta={hta}"
+    digests, key = cache.inputs_key(src, files, ranks, options=options, progress=progress)
     if use_cache:
         hit = cache.memo_hit(out_dir, key)
         if hit is not None:
@@ -135,6 +142,8 @@ def analyze(
                                 f"(ranks found: {', '.join(map(str, found))})")
         if not keep:
             raise AnalysisError("nothing could be analysed:\n  " + "\n  ".join(warnings or ["no usable trace"]))
+        if any(r.meta.get("hta_loader") == "hta" for r in keep.values()) and (why := fast_path_problem()) is not None:
+            warnings.append(why)  # one line for the run: every rank's reason is the same
 
         summary = _reduce_and_write(src, out_dir, keep, manifest, world_size, warnings, timeline_steps, timeline_max_events,
                                     captured=captured if traces is None else None, progress=progress)
@@ -147,6 +156,7 @@ def analyze(
         "executor": executor,
         "outputs_reused": False,
     }
+    summary["hta"] = str(hta)  # the HTA release whose analyzers gave the per-rank numbers
     summary["inputs_key"] = key
     summary["outputs"]["files"] = _output_files(out_dir)
     summary = round_summary(clean(summary))

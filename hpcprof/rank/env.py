@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import __version__
+from ..hta_release import installed_hta
 from ..rundir.manifest import Versions
 
 SLURM_PORT_BASE = 20000
@@ -290,6 +291,6 @@ def collect_versions() -> Versions:
         torchvision=_version("torchvision"),
         cuda=torch.version.cuda,
         nccl=nccl,
-        hta=_version("HolisticTraceAnalysis"),
+        hta=str(rel) if (rel := installed_hta()) is not None else None,  # "traceinsight 0.6.1"
         submitit=_version("submitit"),
     )

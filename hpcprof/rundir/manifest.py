@@ -227,7 +227,7 @@ class Versions:
     torchvision: str | None = None
     cuda: str | None = None
     nccl: str | None = None
-    hta: str | None = None
+    hta: str | None = None  # the HTA distribution and its version, e.g. "traceinsight 0.6.1"
     submitit: str | None = None
 
 

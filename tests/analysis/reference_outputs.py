@@ -6,8 +6,9 @@ the per-rank map, streamed by the parent), and such a rebuild must not change wh
 The stored file was written by the code BEFORE that rebuild; the test analyses the same inputs with
 today's code and compares. What is left out is what legitimately differs between two runs: paths of
 the output and cache folders, the cache block (workers, parsed or cached ranks), the memo key
-(it includes the versions). The timeline is compared as a multiset of events (a viewer does not
-care in which order they come), with per-rank counts stored to say where a difference lies.
+(it includes the versions), the HTA release that ran (`hta`). The timeline is compared as a
+multiset of events (a viewer does not care in which order they come), with per-rank counts stored
+to say where a difference lies.
 
 A change that is meant to change the outputs (a new field, a new lane on the timeline) regenerates
 the file, and its commit says why:
@@ -43,7 +44,7 @@ CASES = {
     "hta_amd": ("hta_tests/amd_trace", {}),
     "hta_mtia": ("hta_tests/mtia_trace_single_rank", {}),
 }
-TIMING_FREE_DROP = ("cache", "inputs_key")
+TIMING_FREE_DROP = ("cache", "inputs_key", "hta")  # hta: the installed release, like the versions in the memo key
 
 
 def _replace(o, subs: list[tuple[str, str]]):

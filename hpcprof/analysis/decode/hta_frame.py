@@ -26,13 +26,13 @@ counter ranges `cuda_profiler_range`, no `args` at all) go through HTA's own loa
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ...hta_release import require_hta
 from .columns import text_codes
 from .events import HTA_ARGS, OWN_ARGS
 
@@ -46,9 +46,9 @@ def fast_path_problem(table: pd.DataFrame | None = None) -> str | None:
     from hta.configs import parser_config
     from hta.configs.parser_config import ParserBackend, ParserConfig
 
-    v = _hta_version()
-    if not v.startswith(MIRRORED_HTA):
-        return f"HolisticTraceAnalysis {v} is installed; the fast loader mirrors {MIRRORED_HTA}x"
+    rel = require_hta()
+    if not rel.version.startswith(MIRRORED_HTA):
+        return f"{rel} is installed; the fast loader mirrors HTA {MIRRORED_HTA}x, so HTA's own parser reads the traces"
     # HTA 0.5's default config itself, read, not cloned (get_default_cfg: 0.6 ms a rank)
     cfg = getattr(parser_config, "_DEFAULT_PARSER_CONFIG", None) or ParserConfig.get_default_cfg()
     ours = list(HTA_ARGS)
@@ -65,13 +65,6 @@ def fast_path_problem(table: pd.DataFrame | None = None) -> str | None:
         if "cuda_profiler_range" in coded[1].tolist() if coded is not None else table["cat"].eq("cuda_profiler_range").any():
             return "the trace holds hardware counter ranges (cuda_profiler_range)"
     return None
-
-
-@functools.cache
-def _hta_version() -> str:
-    from importlib.metadata import version
-
-    return version("HolisticTraceAnalysis")
 
 
 def _round_down_time_stamps(df: pd.DataFrame) -> None:

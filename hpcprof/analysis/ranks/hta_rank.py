@@ -27,6 +27,9 @@ from .operators import launch_stats
 CONSECUTIVE_KERNEL_DELAY = 30
 TOP_KERNELS = 10
 DURATION_RATIO = 0.8
+KERNELS_TOP_COLUMNS = ["name", "sum (us)", "max (us)", "min (us)", "mean (us)", "stddev", "kernel_type", "rank"]
+"""The top-kernels table's columns in HTA 0.5's order: 0.6 puts stddev before mean; the written
+tables keep one layout whichever HTA release ran."""
 
 
 def _quiet_hta() -> None:
@@ -135,7 +138,7 @@ def hta_analyses(t, rank: int) -> dict[str, Any]:
         image_renderer="",
     )
     out["kernel_type"] = kernel_type[["kernel_type", "sum"]].reset_index(drop=True)
-    out["kernels_top"] = kernels_top.reset_index(drop=True)
+    out["kernels_top"] = kernels_top[KERNELS_TOP_COLUMNS].reset_index(drop=True)
     return out
 
 

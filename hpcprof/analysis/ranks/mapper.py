@@ -211,6 +211,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         "gpu_memory_peak_bytes": tl.memory_peak_bytes,
         "n_events": n_events,
         "hta_loader": loader,
+        "hta": cache.hta_key(),
         "timeline": piece_info,
         "comm_reclassified": [{k: (float(v) if k == "time_us" else int(v) if k == "count" else v) for k, v in r.items()}
                               for r in tl.comm_reclassified],
