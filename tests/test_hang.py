@@ -207,3 +207,39 @@ def test_a_healthy_run_of_200_quick_steps_never_trips_the_default_watchdog(tmp_p
     assert not (run.root / "hangs").exists() and run_state(run.root).state == "completed"
     assert [len(run.read_steps(r)) for r in (0, 1)] == [200, 200]
 
+
+
+# ------------------------------------------------------------------ the watchdog on its own
+class _Loop:
+    """What the watchdog reads of a step loop: the open step and when it began."""
+
+    def __init__(self, step, began):
+        self._step, self._t_wall, self._next_step = step, began, step
+
+
+def _watch(tmp_path, loop, floor_s):
+    from hpcprof.rank.hang import HangWatch
+
+    fired = []
+
+    class Watch(HangWatch):  # records the firing instead of ending this process
+        def fire(self, noticed, step, idle_s):
+            fired.append((noticed, step, idle_s))
+            self.stop()
+
+    w = Watch(loop, RunDir(tmp_path), 0, "n", 1, floor_s, interval_s=0.05).start()
+    return w, fired
+
+
+def test_the_watchdog_fires_on_a_step_open_longer_than_the_timeout(tmp_path):
+    w, fired = _watch(tmp_path, _Loop(7, time.time() - 30), floor_s=20)
+    w._thread.join(timeout=30)
+    assert fired and fired[0][:2] == ("timeout", 7) and fired[0][2] >= 30
+
+
+def test_the_watchdog_never_fires_between_steps(tmp_path):
+    loop = _Loop(None, time.time() - 300)  # no step open (after the loop, an evaluation outside steps)
+    w, fired = _watch(tmp_path, loop, floor_s=1)
+    time.sleep(1.5)
+    w.stop()
+    assert fired == []

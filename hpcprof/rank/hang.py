@@ -43,6 +43,11 @@ MEDIAN_FACTOR = 20.0
 """The timeout is at least this many median step times (see hpcprof.spec.Train.hang_timeout_s)."""
 
 
+PAUSE_S = 5.0
+"""A watchdog poll this late (its interval is 1 s) means the process was stopped, or starved: the
+time without progress counts from then on, so a job suspended and resumed is not called hung."""
+
+
 class HangWatch:
     """A daemon thread watching one rank's step loop `loop` (hpcprof.rank.session.Run: its ``_step``,
     ``_t_wall``, ``_next_step`` and, in zero-change mode, ``_t_alive``)."""
@@ -93,14 +98,19 @@ class HangWatch:
 
     def _run(self) -> None:
         last: tuple[int, float] | None = None
+        polled, resumed = time.monotonic(), 0.0
         while not self._stop.wait(self.interval_s):
             try:
+                now = time.monotonic()
+                if now - polled > PAUSE_S:  # this process was stopped (SIGSTOP, a SLURM suspend): not a hang
+                    resumed = time.time()
+                polled = now
                 step, began, since = self.progress()
                 if step is not None and last is not None and step > last[0] and began > last[1]:
                     self.samples.append((began - last[1]) / (step - last[0]))
                 if step is not None:
                     last = (step, began)
-                idle = time.time() - since if since is not None else 0.0
+                idle = time.time() - max(since, resumed) if since is not None else 0.0
                 if idle > self.floor_s and idle > self.limit_s():
                     self.fire("timeout", step, idle)
                 elif self.peer_fired() is not None:
