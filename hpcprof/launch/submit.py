@@ -40,7 +40,7 @@ from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, split
 from .executors import (LaunchError, choose_executor, geometry_warnings, local_controller_apart, make_executor,
                         resolve_resources)
 from .outcome import (Interrupted, end_leftovers, ended_by_scheduler, first_failure, quiet_pdb, record_outcome, refuse_existing,
-                      remove_never_started, signals_ignored, signals_raise, stop_local_job, submission_error)
+                      remove_never_started, report_hang, signals_ignored, signals_raise, stop_local_job, submission_error)
 
 #: The old name of LaunchError, kept for callers of hpcprof.submit.
 SubmitError = LaunchError
@@ -222,6 +222,8 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
             f"{trace.name if trace.exists() else '-'}"
         )
     failed = [o for o in outcomes if o["status"] != "ok"]
+    if report_hang(run, launch_.world_size, launch_.job.job_id, log):
+        return EXIT_FAILED
     if not failed and not failures:
         record_outcome(run, "completed")
         log(f"hpcprof: job {launch_.job.job_id} succeeded on {launch_.world_size} rank(s); run directory {run.root}")

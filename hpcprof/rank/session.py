@@ -51,6 +51,7 @@ from .control import ControlChannel, NoRounds
 from .device import DeviceError
 from .drills import RankDrills
 from .failures import FailureContext, PeerWatch, disable_fatal_log, enable_fatal_log, exit_code
+from .hang import start_hang_watch
 from .preemption import Preempted, requeue
 from .profiling import guarded_profiler
 from .startup import connect_rank, prepare_rank
@@ -257,6 +258,8 @@ class Run(StepLoop):
                                      self.drills.clock_skew_ms, captures=t.schedule if t else None)
         self.prof.__enter__()
         self._peer_watch = PeerWatch(self.failure, on_stop=lambda: self.timer.close(block=False)).start()
+        self._hang_watch = start_hang_watch(self, self.run, self.rank, self.node, self.world_size,  # None: off
+                                            self.spec.train.hang_timeout_s, on_stop=lambda: self.timer.close(block=False))
         self._state = "connected"
 
     # ------------------------------------------------------------------ checkpoint
@@ -310,8 +313,10 @@ class Run(StepLoop):
         if self._peer_watch is not None:
             self._peer_watch.stop()
         if exc is None:
-            self._close_clean()
+            self._close_clean()  # watched: a peer that hangs at the end still gets this rank's stack
+            self._hang_watch and self._hang_watch.stop()
             return False
+        self._hang_watch and self._hang_watch.stop()
         original = exc
         if self._owns_pg and isinstance(exc, ValueError) and "default process group twice" in str(exc):
             exc = HpcprofUsageError(

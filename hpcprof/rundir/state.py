@@ -1,21 +1,24 @@
 """Where a run stands, read from what its run directory holds: running, completed, failed (which rank,
-at which step), preempted (checkpoint written, waiting for the requeue), interrupted (the launcher
-was stopped), cancelled (scancel), stopped (ended short without a failure note: scancel, kill -9 of the ranks, a dead
+at which step), hung (the hang watchdog ended it: the rank the others waited for), preempted
+(checkpoint written, waiting for the requeue), interrupted (the launcher was stopped), cancelled
+(scancel), stopped (ended short without a failure note: scancel, kill -9 of the ranks, a dead
 node), never started, or unknown (a plain folder of traces).
 
 Why here and not in the analysis: the launcher writes the evidence (the manifest's `outcome`), the
-ranks write the rest (steps/, failures/, checkpoint/), and both `submit` and `analyze` need one
+ranks write the rest (steps/, failures/, hangs/, checkpoint/), and both `submit` and `analyze` need one
 reading of it. `analyze` prints :meth:`RunState.describe` first, stores :meth:`RunState.to_dict`
 as summary.json `run_state`, and treats every state but "completed" (and "unknown") as partial.
 
 Evidence, strongest first:
 1. the manifest's `outcome` (written by `submit` when it waited: never_started, interrupted, failed
    with the first failure it saw, completed);
-2. failure notes: the earliest one that is not a peer failure names the failing rank;
-3. step files: every rank of the world reached the planned step count -> completed;
-4. liveness: a rank process of this host still alive (pid in the manifest), SLURM saying the job
+2. hang notes (hangs/, hpcprof.rundir.hangs): the ranks' hang watchdog fired; the verdict names the
+   rank the others waited for, and outranks the failure notes that a hung rank's exit caused;
+3. failure notes: the earliest one that is not a peer failure names the failing rank;
+4. step files: every rank of the world reached the planned step count -> completed;
+5. liveness: a rank process of this host still alive (pid in the manifest), SLURM saying the job
    is pending or running (`squeue`, when it answers), or step files written very recently;
-5. a checkpoint without a live job -> preempted (checkpoints are written only on preemption).
+6. a checkpoint without a live job -> preempted (checkpoints are written only on preemption).
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .hangs import run_verdict
 from .layout import RunDir, RunDirError
 from .records import unanswered
 
-STATES = ("running", "completed", "failed", "preempted", "interrupted", "cancelled", "stopped", "never_started", "unknown")
+STATES = ("running", "completed", "failed", "hung", "preempted", "interrupted", "cancelled", "stopped", "never_started", "unknown")
 FRESH_MIN_S = 120.0
 """Step files written less than this long ago (or 20 median steps, if longer) mean the job is stepping."""
 
@@ -54,6 +58,8 @@ class RunState:
     job_id: str | None = None
     evidence: str | None = None
     """What the state was read from, for the curious."""
+    hang: dict | None = None
+    """State "hung": the verdict (hpcprof.rundir.hangs.verdict: culprit, step, where, waiters, text)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,6 +87,8 @@ def describe(st: dict | None) -> str:
         at = f" at step {st['failed_step']}" if st.get("failed_step") is not None else ""
         err = f": {st['error']}" if st.get("error") else ""
         text = f"{job}failed: rank {st['failed_rank']} crashed{at}{err}{prog}"
+    elif s == "hung":
+        text = f"{job}hung: {st.get('error') or 'the hang watchdog fired'}{prog}"
     elif s == "preempted":
         text = f"{job}was preempted after step {(st.get('steps_done') or 0) - 1} (checkpoint written; it resumes when requeued){prog}"
     elif s == "interrupted":
@@ -243,6 +251,10 @@ def run_state(path: str | os.PathLike) -> RunState:
     if outcome.get("state") in ("interrupted", "cancelled"):
         return RunState(outcome["state"], partial=True, error=outcome.get("error") or outcome.get("signal"),
                         evidence="manifest outcome", **base)
+    hang = run_verdict(run, world)
+    if hang is not None:
+        return RunState("hung", partial=True, failed_rank=hang["culprit"], failed_step=hang["step"], error=hang["text"],
+                        evidence="hangs/ (the ranks' hang watchdog)", hang=hang, **base)
     notes = [f for f in run.read_failures() if isinstance(f, dict)]
     first = outcome.get("first_failure") if isinstance(outcome.get("first_failure"), dict) else None
     if first is None and notes:

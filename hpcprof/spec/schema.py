@@ -141,6 +141,19 @@ class Train:
     waiting longer than this for a dead or stuck peer fails instead of hanging until the job's time
     limit. A rank whose peer left a failure note stops within seconds anyway (hpcprof watches the
     run directory's failures/)."""
+    hang_timeout_s: float = 60.0
+    """The hang watchdog: a rank that has not completed a step for max(this, 20 x the median step time
+    so far) seconds (zero-change mode: nor run a forward pass of the model) dumps every thread's Python
+    stack and a hang note into hangs/, and so does every other rank as soon as it sees that note;
+    then each ends (exit code 124) and submit names the rank the others waited for. The job ends
+    within this timeout plus a few seconds, not the process-group timeout. Why a floor and 20 x the
+    median: a healthy job's slowest steps (an evaluation, a checkpoint, a trace export, a loaded
+    machine) stay well under 20 median steps, and the floor keeps jobs with quick steps from
+    taking a pause for a hang. The median is sampled once a second from the step loop's own
+    step-start time (nothing is added per step). Set train.pg_timeout_s above it, or the process
+    group's timeout fires first. 0: off. PyTorch's flight recorder has no public dump call (only
+    private names), so the watchdog does not dump it; on NCCL it is dumped by PyTorch at its
+    own timeout (nccl-flight-recorder/)."""
     gradient_as_bucket_view: bool = True
     """DDP's gradient_as_bucket_view: gradients are views into the all-reduce buckets (no copy in and
     out of the buckets, less memory)."""
@@ -215,6 +228,11 @@ class Drills:
     queue to drain, so the GPU sees the delay. Empty: off."""
     crash: str = ""
     """"RANK:STEP": that rank raises at that step. Empty: off."""
+    hang: str = ""
+    """"RANK:STEP": that rank sleeps forever inside that step, before its work and collectives (where
+    the straggler drill sleeps): the others wait for it in their next collective, as behind a rank
+    stuck in its data loader. The hang watchdog (train.hang_timeout_s) must end the job and name it.
+    Empty: off."""
     clock_skew: str = ""
     """"NODE:MS": the ranks on node NODE (its host name) write every trace timestamp shifted by MS
     milliseconds (negative: behind), as a host with an unsynchronised clock would. The analysis
@@ -267,6 +285,11 @@ class Drills:
     def crash_rank_step(self) -> tuple[int, int] | None:
         """The crash drill as (rank, step), or None when off."""
         return _parse_pair(self.crash, "drills.crash", "RANK:STEP", int) if self.crash else None
+
+    @property
+    def hang_rank_step(self) -> tuple[int, int] | None:
+        """The hang drill as (rank, step), or None when off."""
+        return _parse_pair(self.hang, "drills.hang", "RANK:STEP", int) if self.hang else None
 
 
 @dataclass(frozen=True)
@@ -380,6 +403,10 @@ class JobSpec:
     def warnings(self) -> list[str]:
         """Valid but probably unintended settings, said before the job runs (the job still runs)."""
         out = []
+        t = self.train
+        if t.hang_timeout_s and t.hang_timeout_s >= t.pg_timeout_s:
+            out.append(f"train.hang_timeout_s {t.hang_timeout_s:g} is not below train.pg_timeout_s {t.pg_timeout_s}: a hung "
+                       "job fails at the process group's timeout, without the hang verdict; lower the first or raise the second")
         crossings = self.traced_epoch_boundaries()
         if crossings:
             d, p = self.data, self.profiler
@@ -429,6 +456,8 @@ class JobSpec:
         ]:
             if value < low:
                 raise SpecError(f"{key} must be >= {low}, got {value}")
+        if not 0 <= t.hang_timeout_s < float("inf"):  # also refuses NaN
+            raise SpecError(f"train.hang_timeout_s must be a number of seconds >= 0 (0: off), got {t.hang_timeout_s}")
         if not t.lr > 0:  # also refuses NaN
             raise SpecError(f"train.lr must be > 0, got {t.lr}")
         if not t.momentum >= 0:  # also refuses NaN
@@ -469,7 +498,8 @@ class JobSpec:
                     f"warmup {p.warmup} + active {p.active}) x repeat {p.repeat} = {needed * p.repeat}"
                 )
         ws = world_size or (self.world_size if r.tasks_per_node else None)
-        for key, pair in (("drills.straggler", self.drills.straggler_rank_ms), ("drills.crash", self.drills.crash_rank_step)):
+        for key, pair in (("drills.straggler", self.drills.straggler_rank_ms), ("drills.crash", self.drills.crash_rank_step),
+                          ("drills.hang", self.drills.hang_rank_step)):
             if pair is None:
                 continue
             rank, value = pair
@@ -487,9 +517,9 @@ class JobSpec:
             raise SpecError("workload.args must be a list of strings")
         if w.args and w.builtin:
             raise SpecError("workload.args are for --entry or --script; the built-in trainer takes spec flags")
-        crash = self.drills.crash_rank_step
-        if crash and crash[1] >= t.steps:
-            raise SpecError(f"drills.crash: step {crash[1]} is never reached (train.steps = {t.steps})")
+        for key, pair in (("drills.crash", self.drills.crash_rank_step), ("drills.hang", self.drills.hang_rank_step)):
+            if pair and pair[1] >= t.steps:
+                raise SpecError(f"{key}: step {pair[1]} is never reached (train.steps = {t.steps})")
         return self
 
 

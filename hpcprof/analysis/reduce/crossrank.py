@@ -23,7 +23,7 @@ from .critical_path import CriticalPath, critical_paths
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
-from .sanity import cut_failed_collectives, cut_failed_steps, plausible_stragglers, same_host_clock_warnings
+from .sanity import ENDED_BADLY, cut_failed_collectives, cut_failed_steps, plausible_stragglers, same_host_clock_warnings
 from .step_stats import StepTimes, step_times
 from .throughput import throughput
 
@@ -113,7 +113,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
     stages.step("step times")
     state = run_state(src)
     steps_trace = cut_failed_steps(state, steps_trace, warnings)
-    if state.partial and state.state != "failed":
+    if state.partial and state.state not in ENDED_BADLY:
         warnings.insert(0, f"partial analysis: {state.describe()}")
 
     steps = step_times(RunDir(src), keep, steps_trace, problems=warnings, max_step=_planned_steps(manifest))
@@ -168,7 +168,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
     stages.step("recommendations")
     recs = recommendations(per_rank, steps_trace, steps.records, kall, kb, strag, metas, device, steps.spread, idle=idle,
                            comm=comm, critical=crit.summary())
-    if state.state == "failed" and steps_trace.empty:
+    if state.state in ENDED_BADLY and steps_trace.empty:
         recs = []  # nothing but a cut-off step to derive them from (warned above)
     return Reduced(
         run_state=state.to_dict(), metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
