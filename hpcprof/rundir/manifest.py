@@ -184,6 +184,10 @@ class Attempt:
     resumed_from_step: int | None
     """The checkpoint's step + 1, None for a fresh start."""
     job_id: str | None
+    process_group: str | None = None
+    """Who made the job's default process group: "hpcprof", "script" (the training code's own
+    init_process_group) or "none" (more than one rank, and the code never made one: the ranks
+    trained alone). None: unknown (older runs)."""
 
 
 @dataclass
@@ -397,7 +401,8 @@ def record_job_id(run: RunDir, job_id: str) -> Manifest:
 
 
 def record_attempt(run: RunDir, spec, *, world_size: int, launcher: str, job_id: str | None, backend: str,
-                   device: str, versions: Versions, ranks: list[RankEntry], resumed_from_step: int | None) -> Manifest:
+                   device: str, versions: Versions, ranks: list[RankEntry], resumed_from_step: int | None,
+                   process_group: str | None = None) -> Manifest:
     """Rank 0, at every start: what this attempt found, and one more :class:`Attempt`.
 
     Without a manifest (ranks started by hand with torchrun and no launcher) the launch fields are
@@ -413,7 +418,8 @@ def record_attempt(run: RunDir, spec, *, world_size: int, launcher: str, job_id:
     manifest.device = device
     manifest.versions = versions
     manifest.ranks = ranks
-    manifest.attempts.append(Attempt(started=now_iso(), resumed_from_step=resumed_from_step, job_id=job_id))
+    manifest.attempts.append(Attempt(started=now_iso(), resumed_from_step=resumed_from_step, job_id=job_id,
+                                     process_group=process_group))
     write(run, manifest)
     return manifest
 
