@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 
 from ..rundir import KNOWN_REGIONS, StepRecord, StepWriter
 from ..rundir.records import REGION_NAME_RE
@@ -146,6 +147,7 @@ class Run:
         self.renv, self.device, self.backend, self.run = rank.renv, rank.device, rank.backend, rank.run
         self.use_cuda = self.device.type == "cuda"
         self.ctrl_group, self.agree_group, self._owns_pg = rank.ctrl_group, rank.agree_group, rank.owns_pg
+        self._control_label = rank.control_label
         self.failure = rank.failure
         self._fatal = enable_fatal_log(self.run, self.rank)
         if self.run.checkpoint_path.exists():
@@ -164,7 +166,7 @@ class Run:
         t = self.trigger
         self.control = ControlChannel(self.ctrl_group, self.agree_group, self.world_size,
                                       extra_payload=t.payload if t else None, extra_len=t.EXTRA if t else 0,
-                                      on_round=t.on_round if t else None)
+                                      on_round=t.on_round if t else None, label=self._control_label)
         if t is not None:
             t.control = self.control
         self.prof = make_profiler(p, self.run, self.rank, self.use_cuda, self.start_step, self.drills.clock_skew_ms,
@@ -337,7 +339,8 @@ class Run:
         self.timer.close(block=True)
         self.control.drain(step)
         self._save_checkpoint(step - 1)
-        dist.barrier(group=self.ctrl_group)
+        with record_function(self._control_label):
+            dist.barrier(group=self.ctrl_group)
         self.writer.close()
         with _suppress():
             self.prof.__exit__(None, None, None)
@@ -374,7 +377,8 @@ class Run:
         self.timer.close(block=True)
         self.control.drain(self._next_step)
         self.prof.__exit__(None, None, None)
-        dist.barrier(group=self.ctrl_group)
+        with record_function(self._control_label):
+            dist.barrier(group=self.ctrl_group)
         self.writer.close()
         if self._fatal is not None:
             disable_fatal_log(self._fatal)
@@ -450,11 +454,21 @@ def run(batch_size: int | None = None, *, spec: JobSpec | str | Path | None = No
             job.name = validate_run_name(name, "hpcprof.run(name=...)")
         if runs_dir is not None:
             job.runs_dir = str(runs_dir)
+        if job.workload.builtin:  # this is the user's own code (the built-in trainer runs under LAUNCH)
+            job.workload.script, job.workload.args = _running_script()
         job.validate()
     except SpecError as exc:
         raise HpcprofUsageError(str(exc)) from None
     root = os.environ.get("HPCPROF_RUN_DIR") or None
     return Run(job, root, os.environ.get("HPCPROF_LOG_HINT"), launched=False, batch_size=batch_size)
+
+
+def _running_script() -> tuple[str, list[str]]:
+    """(the script this process runs, its arguments): what the spec records as the workload of code
+    started without an hpcprof launcher (torchrun, srun, python), so that its report names it rather
+    than the built-in trainer. ``<interactive>`` where __main__ is no file (``python -c``, a notebook)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return (str(Path(path).resolve()) if path else "<interactive>"), [str(a) for a in sys.argv[1:]]
 
 
 __all__ = ["Run", "run", "LaunchContext", "LAUNCH", "HpcprofUsageError", "DeviceError"]

@@ -17,10 +17,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 
 from ..rundir import RunDir
 from ..rundir.manifest import Clock, RankEntry, record_attempt
+from ..rundir.records import control_label
 from ..spec import JobSpec
+from .control import thread_ids
 from .device import choose_device, gpus_requested, nccl_environment
 from .env import (RankEnv, collect_versions, cpu_threads, detect_rank_env, device_name, init_process_group, node_cpus,
                   pin_to_own_cores)
@@ -40,6 +43,8 @@ class StartedRank:
     """gloo group for the control channel's agreements."""
     owns_pg: bool
     """hpcprof initialised the default process group (and destroys it at a clean end)."""
+    control_label: str
+    """The trace name of hpcprof's own collectives on the two groups (hpcprof.rundir.records.control_label)."""
     run: RunDir
     failure: FailureContext
     entries: list[RankEntry]
@@ -52,7 +57,8 @@ class StartedRank:
             self.run.write_spec(spec)
         record_attempt(self.run, spec, world_size=self.renv.world_size, launcher=self.renv.launcher,
                        job_id=self.renv.job_id, backend=self.backend, device=self.device.type,
-                       versions=collect_versions(), ranks=self.entries, resumed_from_step=resumed_from_step)
+                       versions=collect_versions(), ranks=self.entries, resumed_from_step=resumed_from_step,
+                       process_group="hpcprof" if self.owns_pg else "script")
 
 
 def start_rank(spec: JobSpec, run_root: str | None, log: str | None, launched: bool) -> StartedRank:
@@ -85,16 +91,21 @@ def start_rank(spec: JobSpec, run_root: str | None, log: str | None, launched: b
         owns_pg = True
     # Small CPU-side groups for control messages (preemption, triggered profiling, the final barrier):
     # they never queue behind NCCL kernels, and they have the job's timeout, not gloo's 30 min.
+    # The threads that appear now are the two groups' gloo workers (hpcprof.rank.control.thread_ids).
     timeout = datetime.timedelta(seconds=spec.train.pg_timeout_s)
+    before = thread_ids()
     ctrl_group = dist.new_group(backend="gloo", timeout=timeout)
     agree_group = dist.new_group(backend="gloo", timeout=timeout)
-    run = RunDir(run_root) if run_root else _agree_run_dir(spec, ctrl_group)
+    label = control_label(thread_ids() - before if before else ())
+    with record_function(label):
+        run = RunDir(run_root) if run_root else _agree_run_dir(spec, ctrl_group)
     if device.type == "cuda" and not run_root:
         _nccl_env(str(run.root))  # before the first NCCL communicator exists (created lazily)
     run.ensure_layout()
     failure = FailureContext(run, renv.rank, renv.node, FailureContext.log_for_rank(log, renv.rank))
-    entries = _gather_rank_entries(renv, device, cpus, ctrl_group)
-    return StartedRank(renv, device, backend, ctrl_group, agree_group, owns_pg, run, failure, entries, cpus)
+    with record_function(label):
+        entries = _gather_rank_entries(renv, device, cpus, ctrl_group)
+    return StartedRank(renv, device, backend, ctrl_group, agree_group, owns_pg, label, run, failure, entries, cpus)
 
 
 def _nccl_env(root: str) -> None:
