@@ -142,6 +142,7 @@ def test_torchrun_without_hpcprof_gives_a_run_directory_analyze_reads(tmp_path):
     assert run_dir.name.startswith("train-")
     m = RunDir(run_dir).read_manifest()
     assert m["executor"] == "torchrun" and m["world_size"] == 2 and len(m["attempts"]) == 1
+    assert m["spec"]["workload"]["script"] == str((tmp_path / "train.py").resolve()) and "model" not in m["spec"]  # the script, not a ResNet
     assert (run_dir / "spec.toml").is_file()
     for rank in (0, 1):
         assert len(RunDir(run_dir).read_steps(rank)) == 20  # train.steps' default

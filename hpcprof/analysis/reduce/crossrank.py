@@ -157,6 +157,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
     warnings.extend(withheld)
     warnings.extend(wi.warnings)
     alone = trained_alone(manifest, metas)
+    job_colls, control_colls = collective_counts(metas)
     if len(metas) < 2:
         warnings.append("only one rank analysed: no cross-rank (straggler) analysis")
     elif alone:
@@ -188,8 +189,8 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
         collectives=wi.collectives, waits_per_step=per_step, stragglers=strag, clock_offsets_us=offsets, recommendations=recs,
         whatif=wi,
         throughput=tp, throughput_steps=tp_steps, communication=comm, critical_path=crit,
-        workload=workload(manifest, steps.job_records), job_collectives=collective_counts(metas)[0],
-        control_collectives=collective_counts(metas)[1], trained_alone=alone,
+        workload=workload(manifest, steps.job_records), job_collectives=job_colls, control_collectives=control_colls,
+        trained_alone=alone,
     )
 
 
