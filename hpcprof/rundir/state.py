@@ -2,7 +2,9 @@
 at which step), hung (the hang watchdog ended it: the rank the others waited for), preempted
 (checkpoint written, waiting for the requeue), interrupted (the launcher was stopped), cancelled
 (scancel), stopped (ended short without a failure note: scancel, kill -9 of the ranks, a dead
-node), never started, or unknown (a plain folder of traces).
+node), no_steps (the job ended and no rank recorded a single step), never started, or unknown (a
+plain folder of traces). A job whose ranks trained alone (the manifest's latest attempt says no
+process group of the job's) is said so, whatever its state.
 
 Why here and not in the analysis: the launcher writes the evidence (the manifest's `outcome`), the
 ranks write the rest (steps/, failures/, hangs/, checkpoint/), and both `submit` and `analyze` need one
@@ -37,7 +39,14 @@ from .hangs import run_verdict
 from .layout import RunDir, RunDirError
 from .records import unanswered
 
-STATES = ("running", "completed", "failed", "hung", "preempted", "interrupted", "cancelled", "stopped", "never_started", "unknown")
+STATES = ("running", "completed", "failed", "hung", "preempted", "interrupted", "cancelled", "stopped", "no_steps",
+          "never_started", "unknown")
+NO_STEP_TEXT = ("no optimizer step was recorded on any rank: the training code ended before its first step that hpcprof "
+                "records (an optimizer step, or a step of run.steps()/run.step()), so there is nothing to analyse")
+"""What the state "no_steps" says (the run state, submit's last line)."""
+ALONE_TEXT = ("the ranks trained alone: no process group of the job's (more than one rank, and the training code never "
+              "created one), so each rank trained by itself and no cross-rank analysis applies")
+"""What a job whose latest attempt's process_group is "none" is said to be (the run state, submit)."""
 FRESH_MIN_S = 120.0
 """Step files written less than this long ago (or 20 median steps, if longer) mean the job is stepping."""
 
@@ -60,6 +69,9 @@ class RunState:
     """What the state was read from, for the curious."""
     hang: dict | None = None
     """State "hung": the verdict (hpcprof.rundir.hangs.verdict: culprit, step, where, waiters, text)."""
+    process_group: str | None = None
+    """The manifest's latest attempt's process_group: "hpcprof", "script", "none" (the ranks trained
+    alone) or None (unknown)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,11 +109,15 @@ def describe(st: dict | None) -> str:
         text = f"{job}was cancelled ({st.get('error') or 'scancel'}){prog}"
     elif s == "stopped":
         text = f"{job}stopped early without a failure note (cancelled, killed or a node lost?){prog}"
+    elif s == "no_steps":
+        text = f"{job}ended without a step: {NO_STEP_TEXT}"
     elif s == "never_started":
         text = f"{job}never started" + (f": {st['error']}" if st.get("error") else "")
     else:
         text = f"{job}{s}{prog}"
-    if st.get("partial") and s != "never_started":
+    if st.get("process_group") == "none":
+        text += f"; {ALONE_TEXT}"
+    if st.get("partial") and s not in ("never_started", "no_steps"):
         text += "; partial analysis"
     return f"run state: {text}"
 
@@ -211,12 +227,23 @@ def _count(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def latest_attempt(manifest: dict) -> dict:
+    """The manifest's latest attempt (hpcprof.rundir.manifest.Attempt) as a dict; {} when there is none
+    or it is malformed."""
+    attempts = manifest.get("attempts") if isinstance(manifest.get("attempts"), list) else []
+    return attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+
+
+def trained_alone(manifest: dict) -> bool:
+    """Whether the latest attempt says the ranks trained alone (its process_group "none")."""
+    return latest_attempt(manifest).get("process_group") == "none"
+
+
 def planned_steps(manifest: dict, spec: dict) -> int | None:
     """The steps the job runs: the count rank 0 recorded at a clean end of the latest attempt
     (Attempt.steps_done: the script's own loop length); else, for the built-in trainer and runs of
     older versions, train.steps; None for user code still running (its loop decides)."""
-    attempts = manifest.get("attempts") if isinstance(manifest.get("attempts"), list) else []
-    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    last = latest_attempt(manifest)
     if _count(last.get("steps_done")):
         return last["steps_done"]
     if last.get("steps_source") in ("api", "optimizer"):
@@ -244,7 +271,9 @@ def run_state(path: str | os.PathLike) -> RunState:
     done, newest, step_s = _steps(run, world, planned)
     ranks = range(world) if world else sorted(done)
     steps_done = min((done.get(r, 0) for r in ranks), default=0)
-    base = dict(steps_done=steps_done, steps_planned=planned, job_id=job_id)
+    last = latest_attempt(manifest)
+    pg = last.get("process_group")
+    base = dict(steps_done=steps_done, steps_planned=planned, job_id=job_id, process_group=pg if isinstance(pg, str) else None)
 
     if outcome.get("state") == "never_started":
         return RunState("never_started", partial=True, error=outcome.get("error"), evidence="manifest outcome", **base)
@@ -267,11 +296,15 @@ def run_state(path: str | os.PathLike) -> RunState:
                         evidence="manifest outcome" if outcome.get("first_failure") else "failures/", **base)
     if planned is not None and done and steps_done >= planned:
         return RunState("completed", partial=False, evidence="every rank recorded every planned step", **base)
-    why = _live(manifest, newest, step_s)
+    # the launcher saw every rank end cleanly: fresh step files no longer mean a live job
+    why = _live(manifest, newest, step_s) if outcome.get("state") != "completed" else None
     if why:
         return RunState("running", partial=True, evidence=why, **base)
     if run.checkpoint_path.is_file():
         return RunState("preempted", partial=True, evidence="checkpoint/latest.pt without a live job", **base)
+    if not any(done.values()) and (last or outcome.get("state") == "completed"):
+        # the ranks started (an attempt recorded) or ran to their end, and none recorded a step
+        return RunState("no_steps", partial=True, evidence="no step recorded in steps/ by any rank; nothing alive", **base)
     if outcome.get("state") == "completed" and planned is None:
         return RunState("completed", partial=False, evidence="manifest outcome", **base)
     if not done and job_id is None:

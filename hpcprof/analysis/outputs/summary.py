@@ -69,6 +69,10 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "throughput": red.throughput,
         "clock_offsets_us": {str(k): v for k, v in red.clock_offsets_us.items()},
         "collectives_matched": int(len(red.collectives)),
+        "job_collectives": red.job_collectives,
+        "control_collectives": red.control_collectives,
+        "trained_alone": red.trained_alone,
+        "workload": red.workload,
         "manifest_drills": manifest.get("drills"),
         "outputs": {
             "report": str(out.report),
