@@ -181,7 +181,8 @@ def test_a_user_scripts_spec_toml_carries_no_builtin_trainer_settings(tmp_path):
     spec = parse("--script", "train.py", "--train-steps", "12", "--nodes", "1", "--", "--lr", "0.05")
     written = tomllib.loads(spec.to_toml())
     assert "model" not in written and "data" not in written
-    assert written["train"] == {"steps": 12, "pg_timeout_s": JobSpec().train.pg_timeout_s}
+    assert written["train"] == {"steps": 12, "pg_timeout_s": JobSpec().train.pg_timeout_s,
+                                "hang_timeout_s": JobSpec().train.hang_timeout_s}
     assert written["workload"] == {"entry": "", "script": "train.py", "args": ["--lr", "0.05"]}
     assert {"resources", "profiler", "drills"} <= set(written)
     path = tmp_path / "spec.toml"

@@ -26,7 +26,7 @@ BUILTIN_SECTIONS = ("model", "data")
 """Sections only the built-in trainer reads (every field)."""
 BUILTIN_TRAIN_FIELDS = ("lr", "momentum", "zero_grad_set_to_none", "seed", "gradient_as_bucket_view")
 """The [train] fields only the built-in trainer reads (its SGD optimizer, its seed, its DDP wrapper);
-train.steps and train.pg_timeout_s apply to every workload."""
+train.steps, train.pg_timeout_s and train.hang_timeout_s apply to every workload."""
 
 
 def builtin_only(dotted: str) -> bool:

@@ -56,8 +56,8 @@ class Resources(SlurmResources):
 @dataclass
 class Train:
     """The step loop. lr, momentum, zero_grad_set_to_none, seed and gradient_as_bucket_view are the
-    built-in trainer's own (hpcprof.spec.builtin.BUILTIN_TRAIN_FIELDS); steps and pg_timeout_s apply
-    to every workload."""
+    built-in trainer's own (hpcprof.spec.builtin.BUILTIN_TRAIN_FIELDS); steps, pg_timeout_s and
+    hang_timeout_s apply to every workload."""
 
     steps: int = 20
     """Total training steps (global step count; a resumed run continues up to this number)."""
