@@ -52,10 +52,12 @@ def test_an_attempt_on_an_old_run_keeps_everything_and_appends(tmp_path):
     after = run.read_manifest()
     assert after["site_note"] == {"kept": True} and after["job_id"] == "123"  # launch fields untouched
     assert after["executor"] == "local" and after["launcher"] == "srun" and after["nodes"] == ["n2"]
-    # the old attempt gains its missing job_id and process_group as null (unknown), the new one is appended
-    assert after["attempts"] == [{**OLD["attempts"][0], "job_id": None, "process_group": None},
+    # the old attempt gains its missing job_id, process_group, steps_source and steps_done as null (unknown),
+    # the new one is appended
+    unknown = {"process_group": None, "steps_source": None, "steps_done": None}
+    assert after["attempts"] == [{**OLD["attempts"][0], "job_id": None, **unknown},
                                  {"started": after["attempts"][1]["started"], "resumed_from_step": 7, "job_id": "124",
-                                  "process_group": None}]
+                                  **unknown}]
     assert after["ranks"][0]["node_cpus"] == 8 and after["versions"]["torch"] == "2.5"
 
 
