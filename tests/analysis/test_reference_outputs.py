@@ -32,6 +32,8 @@ def stored() -> dict:
 # new fact against the rest of the same object
 ADDED_SINCE = {
     "steps_left_out": [],
+    # issue 36: a folder of traces has no hangs/, so no hang verdict
+    "hang": None,
     # issue 33: these trace folders hold no manifest and none of hpcprof's control rounds
     "control_collectives": 0, "trained_alone": None, "process_group": None,
     "workload": {"kind": "unknown", "name": None, "args": [], "batch_per_rank": None},
