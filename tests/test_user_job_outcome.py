@@ -43,7 +43,7 @@ ALONE_SCRIPT = textwrap.dedent('''
         model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).to(run.device)
         opt = torch.optim.SGD(model.parameters(), lr=args.lr)
         batches = [(torch.randn(16, 64), torch.randint(0, 10, (16,))) for _ in range(6)]
-        for x, y in run.steps(batches):
+        for x, y in run.steps(batches, total=run.total_steps):  # --train-steps steps, several passes
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
