@@ -7,12 +7,13 @@ from __future__ import annotations
 import re
 
 from helpers import REPO
-from hpcprof.rundir import manifest, records
+from hpcprof.rundir import hangs, manifest, records
 
 CONTRACT = REPO / "docs" / "contract.md"
 TYPES = {t.__name__: manifest.fields_of(t) for t in manifest.MANIFEST_TYPES}
 TYPES["StepRecord"] = list(records.STEP_KEYS)
 TYPES["FailureNote"] = list(records.FAILURE_KEYS)
+TYPES["HangNote"] = list(hangs.HANG_KEYS)
 
 
 def blocks(text: str) -> dict[str, list[str]]:

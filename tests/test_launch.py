@@ -97,7 +97,7 @@ def test_manifest_has_job_versions_and_per_rank_entries(healthy):
     assert m["spec"]["model"]["arch"] == "resnet18"
     assert {"torch", "cuda", "nccl", "hta", "submitit"} <= set(m["versions"])
     assert m["versions"]["torch"] and m["versions"]["hta"] and m["versions"]["submitit"]
-    assert m["drills"] == {"straggler": None, "crash": None, "clock_skew": None}
+    assert m["drills"] == {"straggler": None, "crash": None, "clock_skew": None, "hang": None}
     assert [e["rank"] for e in m["ranks"]] == [0, 1]
     walls = []
     for e in m["ranks"]:
@@ -106,6 +106,24 @@ def test_manifest_has_job_versions_and_per_rank_entries(healthy):
         walls.append(e["clock"]["wall_ns"])
     # Both ranks read their clock right after the same barrier, on one machine: close together.
     assert abs(walls[0] - walls[1]) < 2e9
+
+
+def test_the_builtin_demos_report_shows_its_model_and_analyses_its_own_collectives_only(healthy, tmp_path):
+    """The built-in trainer's report keeps its model, batch and data; its collectives are DDP's
+    all-reduces, hpcprof's control rounds (all-gathers on hpcprof's own groups) are left out."""
+    from hpcprof.analysis import analyze
+
+    _, run = healthy
+    s = analyze(run.root, out=tmp_path / "a", progress=False)
+    config = (tmp_path / "a" / "report.html").read_text().split("<section id='config'>", 1)[1].split("</section>", 1)[0]
+    assert "<dt>Model</dt><dd>resnet18 (32 px images)</dd>" in config and "<dt>Batch</dt><dd>8 per rank</dd>" in config
+    assert "<dt>Data</dt><dd>synthetic" in config and "Workload" not in config
+    assert s["workload"] == {"kind": "builtin", "name": "resnet18", "args": [], "batch_per_rank": {"0": 8.0, "1": 8.0}}
+    assert s["job_collectives"] > 0 and s["control_collectives"] > 0 and s["trained_alone"] is None
+    import pandas as pd
+
+    kinds = set(pd.read_csv(tmp_path / "a" / "tables" / "collectives.csv")["kind"])
+    assert kinds and "all_gather" not in kinds  # DDP all-reduces; the all-gathers are hpcprof's control rounds
 
 
 def test_straggler_drill_shows_in_step_files(healthy, straggler):

@@ -13,14 +13,17 @@ from hpcprof.spec import (
     load_spec,
     override_argv,
     spec_from_args,
+    split_passthrough,
     SECTIONS,
 )
 
 
 def parse(*argv):
+    """The spec of a command line, the workload's arguments after ``--`` included."""
+    own, rest = split_passthrough(list(argv))
     parser = argparse.ArgumentParser()
     add_spec_arguments(parser)
-    return spec_from_args(parser.parse_args(list(argv)))
+    return spec_from_args(parser.parse_args(own), rest)
 
 
 def test_every_field_has_a_docstring():
@@ -167,3 +170,42 @@ def test_slurm_resources_become_submitit_parameters():
     assert params["slurm_setup"] == ["module load pytorch-gpu"]
     local = spec.resources.submitit_parameters("local")
     assert not any(k.startswith("slurm_") or k == "mem_gb" for k in local)
+
+
+def test_a_user_scripts_spec_toml_carries_no_builtin_trainer_settings(tmp_path):
+    """A user's script has its own model, data and optimizer: its spec.toml (and the manifest's spec,
+    the same dict) holds no [model], no [data] and none of the built-in trainer's [train] fields, so
+    it never reads as "resnet50, batch 32"; train.steps and the launch settings stay."""
+    import tomllib
+
+    spec = parse("--script", "train.py", "--train-steps", "12", "--nodes", "1", "--", "--lr", "0.05")
+    written = tomllib.loads(spec.to_toml())
+    assert "model" not in written and "data" not in written
+    assert written["train"] == {"steps": 12, "pg_timeout_s": JobSpec().train.pg_timeout_s,
+                                "hang_timeout_s": JobSpec().train.hang_timeout_s}
+    assert written["workload"] == {"entry": "", "script": "train.py", "args": ["--lr", "0.05"]}
+    assert {"resources", "profiler", "drills"} <= set(written)
+    path = tmp_path / "spec.toml"
+    path.write_text(spec.to_toml())
+    assert load_spec(path).to_dict() == spec.to_dict()
+    # the built-in trainer keeps every section
+    builtin = tomllib.loads(parse("--model-arch", "resnet18").to_toml())
+    assert builtin["model"]["arch"] == "resnet18" and builtin["data"]["batch_size"] == 32 and builtin["train"]["lr"] == 0.1
+
+
+def test_an_old_spec_toml_of_a_user_script_with_builtin_sections_still_reads(tmp_path):
+    """Run directories written before the split hold [model] and [data] (their defaults) for a script."""
+    path = tmp_path / "spec.toml"
+    path.write_text('[model]\narch = "resnet50"\n[data]\nbatch_size = 32\n[train]\nsteps = 7\nlr = 0.1\n'
+                    '[workload]\nscript = "/x/train.py"\nargs = ["--lr", "0.05"]\n')
+    spec = load_spec(path)
+    assert spec.workload.script == "/x/train.py" and spec.train.steps == 7
+    assert "model" not in spec.to_dict()
+
+
+def test_builtin_trainer_flags_given_with_a_script_are_said_to_be_ignored(capsys):
+    parse("--script", "train.py", "--data-batch-size", "16", "--train-lr", "0.5")
+    err = capsys.readouterr().err
+    assert "data.batch_size, train.lr set the built-in ResNet trainer only" in err and "--script train.py" in err
+    parse("--data-batch-size", "16")
+    assert "built-in ResNet trainer only" not in capsys.readouterr().err

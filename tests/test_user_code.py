@@ -99,6 +99,10 @@ def test_analyze_reads_a_user_run_with_throughput_hta_fields_and_the_user_region
     assert (stats["region_my_metric_median_ms"] >= 1e3 * METRIC_SLEEP_S).all()
     assert (stats["region_my_metric_median_ms"] <= stats["step_median_ms"]).all()
     assert "my_metric" in (tmp_path / "a" / "report.html").read_text()
+    # the report names the script, its arguments and the batch its step records hold, not the built-in trainer's
+    config = (tmp_path / "a" / "report.html").read_text().split("<section id='config'>", 1)[1].split("</section>", 1)[0]
+    assert f"script {run_dir.parents[1] / 'train.py'} --lr 0.05 --metric-sleep {METRIC_SLEEP_S}" in config
+    assert "<dt>Batch</dt><dd>16 per rank (as the step records say)</dd>" in config and "resnet" not in config
 
 
 def test_an_entry_function_runs_the_same_way(tmp_path):
@@ -138,6 +142,7 @@ def test_torchrun_without_hpcprof_gives_a_run_directory_analyze_reads(tmp_path):
     assert run_dir.name.startswith("train-")
     m = RunDir(run_dir).read_manifest()
     assert m["executor"] == "torchrun" and m["world_size"] == 2 and len(m["attempts"]) == 1
+    assert m["spec"]["workload"]["script"] == str((tmp_path / "train.py").resolve()) and "model" not in m["spec"]  # the script, not a ResNet
     assert (run_dir / "spec.toml").is_file()
     for rank in (0, 1):
         assert len(RunDir(run_dir).read_steps(rank)) == 20  # train.steps' default

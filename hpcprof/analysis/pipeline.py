@@ -206,6 +206,8 @@ def _no_trace_yet(state, run: RunDir) -> str:
     if state.state == "preempted":
         return (f"{state.describe()}; no trace yet in {run.traces_dir}: analyse once the requeued job has run its "
                 "profiled steps")
+    if state.state == "no_steps":  # it says why there is nothing, and that nothing will come
+        return state.describe()
     # interrupted, failed, stopped, cancelled, never started: its processes are gone, no trace will come
     return (f"{state.describe()}; no trace in {run.traces_dir}: the job ended before its profiled steps, and "
             "nothing of it is running, so none will come (the step records stay in steps/)")

@@ -21,6 +21,7 @@ from ..lifetime import end_orphaned_group
 from ..rundir import RunDir, RunDirError
 from ..rundir.records import unanswered
 from ..rundir import manifest as run_manifest
+from ..rundir.hangs import HANGS_DIR, run_verdict
 from ..rundir.state import pid_alive, rank_entries_here
 from .executors import LaunchError
 
@@ -277,3 +278,21 @@ def record_outcome(run: RunDir, state: str, first=None, sig: str | None = None, 
     with contextlib.suppress(OSError, RunDirError):
         run_manifest.record_outcome(run, run_manifest.Outcome(
             state=state, time=run_manifest.now_iso(), signal=sig, error=error, first_failure=first))
+
+
+def report_hang(run: RunDir, world_size: int, job_id: Any, log=print) -> bool:
+    """When the ranks' hang watchdog ended the job (hangs/ holds notes): say which rank the others
+    waited for, record it as the outcome (state "hung", the culprit as first_failure), and return
+    True. False when no rank wrote a hang note. A hung rank's exit breaks its peers' collectives,
+    and their failure notes would otherwise name a waiting rank (or the hung one as killed)."""
+    hang = run_verdict(run, world_size)
+    if hang is None:
+        return False
+    first = (run_manifest.FirstFailure(rank=hang["culprit"], step=hang["step"], error=hang["text"][:300])
+             if hang["culprit"] is not None else None)
+    record_outcome(run, "hung", first=first, error=hang["text"][:300])
+    log("")
+    log(f"hpcprof: job {job_id} hung: {hang['text']}")
+    log(f"hpcprof: every rank's Python stack at that moment is in {run.root / HANGS_DIR} (rank-<r>.stack.txt, "
+        "rank-<r>.json)")
+    return True

@@ -35,12 +35,13 @@ from typing import Any
 
 from ..rundir import RunDir, RunDirError, default_run_name
 from ..rundir import manifest as run_manifest
+from ..rundir.state import ALONE_TEXT, NO_STEP_TEXT, trained_alone
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, split_passthrough, validate_run_name
 from .executors import (LaunchError, choose_executor, geometry_warnings, local_controller_apart, make_executor,
                         resolve_resources)
 from .outcome import (Interrupted, end_leftovers, ended_by_scheduler, first_failure, quiet_pdb, record_outcome, refuse_existing,
-                      remove_never_started, signals_ignored, signals_raise, stop_local_job, submission_error)
+                      remove_never_started, report_hang, signals_ignored, signals_raise, stop_local_job, submission_error)
 
 #: The old name of LaunchError, kept for callers of hpcprof.submit.
 SubmitError = LaunchError
@@ -212,9 +213,11 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
     failures = run.read_failures()
     log("")
     log(f"{'rank':>4}  {'node':<14} {'status':<8} {'steps':>5} {'median step ms':>14}  trace")
+    recorded = 0
     for o in outcomes:
         rank = o["rank"]
         steps = [s for s in run.read_steps(rank) if isinstance(s, dict) and isinstance(s.get("step_s"), (int, float))]
+        recorded += len(steps)
         median = statistics.median(s["step_s"] for s in steps) * 1000 if steps else float("nan")
         trace = run.trace_path(rank)
         log(
@@ -222,8 +225,19 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
             f"{trace.name if trace.exists() else '-'}"
         )
     failed = [o for o in outcomes if o["status"] != "ok"]
+    if report_hang(run, launch_.world_size, launch_.job.job_id, log):
+        return EXIT_FAILED
     if not failed and not failures:
         record_outcome(run, "completed")
+        alone = trained_alone(manifest)
+        if not recorded:  # the ranks ended cleanly having measured nothing: not a success
+            log(f"hpcprof: job {launch_.job.job_id} ended on {launch_.world_size} rank(s) without a step: {NO_STEP_TEXT}"
+                f"{'; ' + ALONE_TEXT if alone else ''}; run directory {run.root}")
+            return EXIT_FAILED
+        if alone:
+            log(f"hpcprof: job {launch_.job.job_id} ran on {launch_.world_size} rank(s), but {ALONE_TEXT}; "
+                f"run directory {run.root}")
+            return EXIT_OK
         log(f"hpcprof: job {launch_.job.job_id} succeeded on {launch_.world_size} rank(s); run directory {run.root}")
         return EXIT_OK
     log("")

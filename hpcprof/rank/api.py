@@ -13,6 +13,7 @@ from typing import Any
 from ..spec import JobSpec, SpecError, apply_values, validate_run_name
 from . import auto, session
 from .session import Run
+from .startup import running_script
 from .steploop import HpcprofUsageError
 
 
@@ -54,6 +55,8 @@ def run(batch_size: int | None = None, *, spec: JobSpec | str | Path | None = No
             job.name = validate_run_name(name, "hpcprof.run(name=...)")
         if runs_dir is not None:
             job.runs_dir = str(runs_dir)
+        if job.workload.builtin:  # this is the user's own code (the built-in trainer runs under LAUNCH)
+            job.workload.script, job.workload.args = running_script()
         job.validate()
     except SpecError as exc:
         raise HpcprofUsageError(str(exc)) from None

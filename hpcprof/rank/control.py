@@ -21,17 +21,26 @@ decision (the end of the job, or a capture), never in a healthy step.
 
 Payload (float64): ``[preempt_flag, step, *extra]``; ``extra`` is what the triggered profiler adds,
 the same length on every rank.
+
+Recognisable in the trace: every collective of the channel is issued inside a ``record_function``
+range named by :func:`hpcprof.rundir.records.control_label` (with the ids of the control groups'
+worker threads, :func:`thread_ids`), so the analysis never takes hpcprof's rounds for the job's
+collectives (docs/contract.md, "hpcprof's own collectives").
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import time
 from typing import Callable
 
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
+
+from ..rundir.records import CONTROL_REGION
 
 PREEMPT_SIGNAL = signal.SIGUSR2
 """What SLURM sends before a preemption or the time limit (sbatch --signal), and submitit listens to."""
@@ -61,8 +70,11 @@ class ControlChannel:
     :class:`Round`, in order, on every rank, and the step boundary at which this rank reads it."""
 
     def __init__(self, group, agree_group, world_size: int, extra_payload: Callable[[], list[float]] | None = None,
-                 extra_len: int = 0, on_round: Callable[[Round, int], None] | None = None, install_signal: bool = True):
+                 extra_len: int = 0, on_round: Callable[[Round, int], None] | None = None, install_signal: bool = True,
+                 label: str = CONTROL_REGION):
         self.group = group
+        self.label = label
+        """The trace name of the channel's collectives (hpcprof.rundir.records.control_label)."""
         self.agree_group = agree_group
         self.world_size = world_size
         self.extra_payload = extra_payload
@@ -91,7 +103,8 @@ class ControlChannel:
             raise ValueError(f"control payload: {len(extra)} extra values, expected {self.extra_len}")
         mine = torch.tensor([1.0 if self.flag else 0.0, float(step), *extra], dtype=torch.float64)
         rows = [torch.zeros_like(mine) for _ in range(self.world_size)]
-        work = dist.all_gather(rows, mine, group=self.group, async_op=True)
+        with record_function(self.label):
+            work = dist.all_gather(rows, mine, group=self.group, async_op=True)
         self._pending.append((work, rows, step))
 
     def _read(self, step: int, block: bool = False) -> None:
@@ -113,7 +126,8 @@ class ControlChannel:
         """Every rank: the largest current step, plus `ahead` (blocking; see the module docstring)."""
         t0 = time.perf_counter()
         t = torch.tensor([step], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.agree_group)
+        with record_function(self.label):
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.agree_group)
         self.agreements += 1
         self.agree_s += time.perf_counter() - t0
         return int(t.item()) + ahead
@@ -150,3 +164,24 @@ class NoRounds:
 
     def drain(self, step: int) -> None:
         return None
+
+
+def control_barrier(group, label: str = CONTROL_REGION) -> None:
+    """A barrier on one of hpcprof's own groups, inside its control range (`label`), so that the
+    analysis never takes it for a collective of the job's."""
+    with record_function(label):
+        dist.barrier(group=group)
+
+
+def thread_ids() -> set[int]:
+    """The ids of this process' threads (Linux: /proc/self/task, the ids the profiler's trace gives its
+    events); empty where they cannot be listed.
+
+    Why: a gloo process group runs its collectives on worker threads it starts when it is created,
+    and their trace events (``gloo:<op>``) carry no group name. The threads that appear while
+    hpcprof creates its control groups are those groups' workers; their ids, in the control label,
+    let the analysis leave hpcprof's rounds out of the job's collectives."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task") if t.isdigit()}
+    except OSError:
+        return set()

@@ -30,18 +30,27 @@ class RankDrills:
     """Last step it may act in (None: to the end)."""
     crash_step: int | None = None
     clock_skew_ms: float = 0.0
+    hang_step: int | None = None
+    """The step in which this rank sleeps forever (the hang drill), or None."""
 
     @classmethod
     def for_rank(cls, drills: Drills, rank: int, node: str | None = None) -> "RankDrills":
-        s, c, k = drills.straggler_plan, drills.crash_rank_step, drills.clock_skew_node_ms
+        s, c, k, h = drills.straggler_plan, drills.crash_rank_step, drills.clock_skew_node_ms, drills.hang_rank_step
         mine = bool(s and s.rank == rank)
         return cls(rank, s.ms / 1000.0 if mine else 0.0, s.every if mine else 1, s.first if mine else 0,
                    s.last if mine else None, c[1] if c and c[0] == rank else None,
-                   k[1] if k and node is not None and k[0] == node else 0.0)
+                   k[1] if k and node is not None and k[0] == node else 0.0, h[1] if h and h[0] == rank else None)
 
     def before_step(self, step: int) -> None:
         if self.crash_step is not None and step == self.crash_step:
             raise DrillCrash(f"hpcprof crash drill: rank {self.rank} raised at step {step} (--inject-crash)")
+
+    def hang(self, step: int) -> None:
+        """The hang drill: in its step this rank never returns (it sleeps forever, before the step's
+        work and collectives), so its peers wait for it in their next collective. Only the hang
+        watchdog (hpcprof.rank.hang), a signal or the job's end stops it."""
+        if self.hang_step is not None and step == self.hang_step:
+            hang_forever()
 
     def sleeps_at(self, step: int) -> bool:
         """Whether the straggler drill acts in global step `step` (a multiple of sleep_every inside
@@ -66,3 +75,9 @@ class RankDrills:
             torch.cuda.current_stream().synchronize()
         time.sleep(self.sleep_s)
         return time.perf_counter() - t
+
+
+def hang_forever() -> None:
+    """Sleep until the process ends (the hang drill's stack shows this function)."""
+    while True:
+        time.sleep(3600)

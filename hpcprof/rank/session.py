@@ -47,10 +47,11 @@ from ..rundir import RunDirError, StepRecord, StepWriter
 from ..rundir.manifest import record_steps_done
 from ..spec import JobSpec, SpecError
 from .checkpoint import Saver, load_checkpoint, write_checkpoint
-from .control import ControlChannel, NoRounds
+from .control import ControlChannel, NoRounds, control_barrier
 from .device import DeviceError
 from .drills import RankDrills
 from .failures import FailureContext, PeerWatch, disable_fatal_log, enable_fatal_log, exit_code
+from .hang import start_hang_watch
 from .preemption import Preempted, requeue
 from .profiling import guarded_profiler
 from .startup import connect_rank, prepare_rank
@@ -223,6 +224,7 @@ class Run(StepLoop):
         rank = connect_rank(self._prep, self.spec, self._run_root, self._log)
         self.backend, self.run = rank.backend, rank.run
         self.ctrl_group, self.agree_group, self._owns_pg = rank.ctrl_group, rank.agree_group, rank.owns_pg
+        self._control_label = rank.control_label
         self.failure = rank.failure
         self._fatal = enable_fatal_log(self.run, self.rank)
         try:
@@ -249,7 +251,7 @@ class Run(StepLoop):
         else:
             self.control = ControlChannel(self.ctrl_group, self.agree_group, self.world_size,
                                           extra_payload=t.payload if t else None, extra_len=t.EXTRA if t else 0,
-                                          on_round=t.on_round if t else None,
+                                          on_round=t.on_round if t else None, label=self._control_label,
                                           install_signal=self.steps_source != "optimizer")
         if t is not None:
             t.control = self.control
@@ -257,6 +259,8 @@ class Run(StepLoop):
                                      self.drills.clock_skew_ms, captures=t.schedule if t else None)
         self.prof.__enter__()
         self._peer_watch = PeerWatch(self.failure, on_stop=lambda: self.timer.close(block=False)).start()
+        self._hang_watch = start_hang_watch(self, self.run, self.rank, self.node, self.world_size,  # None: off
+                                            self.spec.train.hang_timeout_s, on_stop=lambda: self.timer.close(block=False))
         self._state = "connected"
 
     # ------------------------------------------------------------------ checkpoint
@@ -284,7 +288,7 @@ class Run(StepLoop):
         self.timer.close(block=True)
         self.control.drain(step)
         write_checkpoint(self.run, self.rank, self._saver, step - 1, self.epoch)
-        dist.barrier(group=self.ctrl_group)
+        control_barrier(self.ctrl_group, self._control_label)
         self.writer.close()
         with _suppress():
             self.prof.__exit__(None, None, None)
@@ -310,8 +314,10 @@ class Run(StepLoop):
         if self._peer_watch is not None:
             self._peer_watch.stop()
         if exc is None:
-            self._close_clean()
+            self._close_clean()  # watched: a peer that hangs at the end still gets this rank's stack
+            self._hang_watch and self._hang_watch.stop()
             return False
+        self._hang_watch and self._hang_watch.stop()
         original = exc
         if self._owns_pg and isinstance(exc, ValueError) and "default process group twice" in str(exc):
             exc = HpcprofUsageError(
@@ -360,7 +366,7 @@ class Run(StepLoop):
         if self.rank == 0:
             record_steps_done(self.run, self._next_step)
         if alive:
-            dist.barrier(group=self.ctrl_group)
+            control_barrier(self.ctrl_group, self._control_label)
         self.writer.close()
         if self._fatal is not None:
             disable_fatal_log(self._fatal)

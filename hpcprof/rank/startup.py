@@ -27,10 +27,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 
 from ..rundir import RunDir, RunDirError
 from ..rundir.manifest import Clock, RankEntry, record_attempt
+from ..rundir.records import control_label
 from ..spec import JobSpec
+from .control import thread_ids
 from .device import choose_device, gpus_requested, nccl_environment
 from .env import (RankEnv, collect_versions, cpu_threads, detect_rank_env, device_name, init_process_group, node_cpus,
                   pin_to_own_cores)
@@ -66,6 +69,8 @@ class StartedRank:
     """hpcprof initialised the default process group (and destroys it at a clean end)."""
     process_group: str
     """PG_HPCPROF, PG_SCRIPT or PG_NONE (see the manifest's Attempt.process_group)."""
+    control_label: str
+    """The trace name of hpcprof's own collectives on the two groups (hpcprof.rundir.records.control_label)."""
     run: RunDir
     failure: FailureContext
     entries: list[RankEntry]
@@ -125,10 +130,14 @@ def connect_rank(prep: PreparedRank, spec: JobSpec, run_root: str | None, log: s
         made_by = PG_HPCPROF
     # Small CPU-side groups for control messages (preemption, triggered profiling, the final barrier):
     # they never queue behind NCCL kernels, and they have the job's timeout, not gloo's 30 min.
+    # The threads that appear now are the two groups' gloo workers (hpcprof.rank.control.thread_ids).
     timeout = datetime.timedelta(seconds=spec.train.pg_timeout_s)
+    before = thread_ids()
     ctrl_group = dist.new_group(backend="gloo", timeout=timeout)
     agree_group = dist.new_group(backend="gloo", timeout=timeout)
-    run = RunDir(run_root) if run_root else agree_run_dir(spec, renv, ctrl_group)
+    label = control_label(thread_ids() - before if before else ())
+    with record_function(label):
+        run = RunDir(run_root) if run_root else agree_run_dir(spec, renv, ctrl_group)
     try:
         if device.type == "cuda" and not run_root:
             _nccl_env(str(run.root))  # before the first NCCL communicator exists (created lazily)
@@ -136,8 +145,9 @@ def connect_rank(prep: PreparedRank, spec: JobSpec, run_root: str | None, log: s
     except OSError as exc:
         raise RunDirError(_cannot_create(run, exc, chosen_here=not run_root)) from None
     failure = FailureContext(run, renv.rank, renv.node, FailureContext.log_for_rank(log, renv.rank))
-    entries = _gather_rank_entries(renv, device, prep.node_cpus, ctrl_group)
-    return StartedRank(renv, device, backend, ctrl_group, agree_group, owns_pg, made_by, run, failure, entries,
+    with record_function(label):
+        entries = _gather_rank_entries(renv, device, prep.node_cpus, ctrl_group)
+    return StartedRank(renv, device, backend, ctrl_group, agree_group, owns_pg, made_by, label, run, failure, entries,
                        prep.node_cpus)
 
 
@@ -207,7 +217,7 @@ def choose_run_dir(spec: JobSpec, job_id: str | None) -> RunDir:
     if explicit:
         base = spec.name
     else:
-        label = spec.workload.label if not spec.workload.builtin else script_label()
+        label = script_label() if spec.workload.builtin or spec.workload.script == INTERACTIVE else spec.workload.label
         base = f"{label}-job{job_id}" if job_id else f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
         base = re.sub(r"[^A-Za-z0-9._-]", "_", base)
     root = Path(spec.runs_dir)
@@ -251,6 +261,18 @@ def _gather_rank_entries(renv: RankEnv, device: torch.device, cpus: int, group) 
     entries: list[Any] = [None] * renv.world_size
     dist.all_gather_object(entries, entry, group=group)
     return entries
+
+
+INTERACTIVE = "<interactive>"
+"""The workload script recorded for code whose __main__ is no file (``python -c``, a notebook)."""
+
+
+def running_script() -> tuple[str, list[str]]:
+    """(the script this process runs, its arguments): what the spec records as the workload of code
+    started without an hpcprof launcher (torchrun, srun, python), so that its report names it rather
+    than the built-in trainer. :data:`INTERACTIVE` where __main__ is no file."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return (str(Path(path).resolve()) if path else INTERACTIVE), [str(a) for a in sys.argv[1:]]
 
 
 def script_label() -> str:

@@ -77,9 +77,10 @@ class StepLoop:
         if self.control.poll(step):
             self._preempted(step)
         self.drills.before_step(step)
+        # _t_wall before _step: the hang watchdog (hpcprof.rank.hang) reads the step, then its start
+        self._t_wall = time.time()
         self._step = step
         self._profiled = self.prof.is_active_step(step)
-        self._t_wall = time.time()
         self._t0 = self.timer.begin()
         if started is not None:
             self._t0, self._t_wall = self.timer.backdate(started[0]), started[1]
@@ -87,8 +88,13 @@ class StepLoop:
         if defer_drill:  # zero-change mode: the sleep goes where the trace's step begins (profiler_step)
             self._drill_pending = True
         else:
-            self._drill_s += self.drills.straggle(step, self.use_cuda)
+            self._step_drills(step)
         return step
+
+    def _step_drills(self, step: int) -> None:
+        """The drills that act inside the step, before its work: the straggler's sleep, the hang."""
+        self._drill_s += self.drills.straggle(step, self.use_cuda)
+        self.drills.hang(step)
 
     def end_step(self, defer_profiler: bool = False) -> None:
         """Close the open step: its record is written (on a GPU once its GPU time is known).
@@ -107,7 +113,7 @@ class StepLoop:
             self.prof.step()
         if self._drill_pending and self._step is not None:
             self._drill_pending = False
-            self._drill_s += self.drills.straggle(self._step, self.use_cuda)
+            self._step_drills(self._step)
 
     def _record(self) -> StepRecord:
         """The open step's record (the step's work is issued)."""
@@ -130,13 +136,13 @@ class StepLoop:
         if self.trigger is not None:
             self.trigger.step_done(rec.step_s - rec.blocked_s, rec.step_s)
         self.profiler_step()
+        self._step = None  # the step's work is done: a slow trace export below is not a hang
         if defer_profiler:
             self._profiler_pending = True
         else:
             before = self.prof.export_s
             self.prof.step()
             rec.trace_export_s = self.prof.export_s - before
-        self._step = None
         self._next_step = rec.step + 1
         self.timer.finish(rec)
 

@@ -32,6 +32,7 @@ from .layout import (
 )
 from .manifest import Attempt, Clock, Drills, Manifest, RankEntry, Versions
 from .records import (
+    CONTROL_REGION,
     FAILURE_KEYS,
     KNOWN_REGIONS,
     REGION_BACKWARD,
@@ -45,6 +46,7 @@ from .records import (
     FailureNote,
     StepRecord,
     StepWriter,
+    control_label,
     region_label,
 )
 
@@ -54,6 +56,6 @@ __all__ = [
     "RunDir", "RunDirError", "atomic_write_text", "default_run_name", "rank_from_name", "read_jsonl",
     "temporary_then_rename",
     "Attempt", "Clock", "Drills", "Manifest", "RankEntry", "Versions",
-    "FAILURE_KEYS", "KNOWN_REGIONS", "REGION_BACKWARD", "REGION_COPY", "REGION_DATA", "REGION_FORWARD", "REGION_OPTIMIZER", "REGIONS",
-    "STEP_KEYS", "STEP_TIME_KEYS", "FailureNote", "StepRecord", "StepWriter", "region_label",
+    "CONTROL_REGION", "FAILURE_KEYS", "KNOWN_REGIONS", "REGION_BACKWARD", "REGION_COPY", "REGION_DATA", "REGION_FORWARD", "REGION_OPTIMIZER", "REGIONS",
+    "STEP_KEYS", "STEP_TIME_KEYS", "FailureNote", "StepRecord", "StepWriter", "control_label", "region_label",
 ]

@@ -53,6 +53,13 @@ class CrashDrill:
 
 
 @dataclass
+class HangDrill:
+    rank: int
+    step: int
+    """That rank sleeps forever inside this step, before its collectives."""
+
+
+@dataclass
 class ClockSkewDrill:
     node: str
     ms: float
@@ -66,14 +73,15 @@ class Drills:
     straggler: StragglerDrill | None = None
     crash: CrashDrill | None = None
     clock_skew: ClockSkewDrill | None = None
+    hang: HangDrill | None = None
 
     @classmethod
     def from_spec(cls, drills) -> "Drills":
         """From the spec's [drills] section (hpcprof.spec.Drills)."""
         s, c = drills.straggler_plan, drills.crash_rank_step
-        k = drills.clock_skew_node_ms
+        k, h = drills.clock_skew_node_ms, drills.hang_rank_step
         return cls(StragglerDrill(s.rank, s.ms, s.every, s.first, s.last) if s else None, CrashDrill(c[0], c[1]) if c else None,
-                   ClockSkewDrill(k[0], k[1]) if k else None)
+                   ClockSkewDrill(k[0], k[1]) if k else None, HangDrill(h[0], h[1]) if h else None)
 
 
 @dataclass
@@ -164,7 +172,8 @@ class Outcome:
     step files, failures/ and liveness instead."""
 
     state: str
-    """completed, failed, interrupted (the launcher got SIGINT/SIGTERM/SIGHUP and stopped the job,
+    """completed, failed, hung (the ranks' hang watchdog ended the job: first_failure names the rank
+    the others waited for, error holds the verdict, hpcprof.rundir.hangs), interrupted (the launcher got SIGINT/SIGTERM/SIGHUP and stopped the job,
     or, killed itself, was outlived by its local ranks, which then stopped and wrote this),
     cancelled (SLURM says CANCELLED: scancel) or never_started (the submission was refused).
     A job SLURM ended for a time limit, memory or a lost node is failed, with SLURM's state as error."""
@@ -288,7 +297,7 @@ class Manifest:
         return _from_dict(cls, data, "manifest")
 
 
-MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, ClockSkewDrill, Replicate, Versions, RankEntry, Clock, Attempt,
+MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, HangDrill, ClockSkewDrill, Replicate, Versions, RankEntry, Clock, Attempt,
                   Outcome, FirstFailure, Capture)
 """Every record type of manifest.json (docs/contract.md is checked against their fields)."""
 

@@ -44,6 +44,21 @@ REGION_OPTIMIZER = region_label("optimizer")
 REGIONS = tuple(region_label(n) for n in KNOWN_REGIONS)
 """The known regions of one step, in the order they run, each inside ProfilerStep#<step>."""
 
+CONTROL_REGION = "hpcprof:control"
+"""The ``record_function`` range around every collective hpcprof itself issues (control rounds,
+agreements, set-up exchanges, barriers), all on its own gloo groups. The colon keeps it apart from
+the step regions (a region name cannot hold one). Where the rank could list the worker threads of
+those groups, the range's name carries their thread ids: ``hpcprof:control threads=<tid>,<tid>``
+(:func:`control_label`), which is how the analysis tells the ``gloo:<op>`` events those threads run
+from the job's own collectives (a gloo event names neither its group nor the call that issued it)."""
+CONTROL_LABEL_RE = r"^hpcprof:control(?: threads=(\d+(?:,\d+)*))?$"
+
+
+def control_label(thread_ids) -> str:
+    """The trace name of hpcprof's control collectives, with the ids of its groups' worker threads."""
+    ids = sorted({int(t) for t in thread_ids})
+    return CONTROL_REGION + (f" threads={','.join(map(str, ids))}" if ids else "")
+
 
 # ------------------------------------------------------------------ steps/rank-<r>.jsonl
 @dataclass(slots=True)

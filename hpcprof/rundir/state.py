@@ -1,21 +1,26 @@
 """Where a run stands, read from what its run directory holds: running, completed, failed (which rank,
-at which step), preempted (checkpoint written, waiting for the requeue), interrupted (the launcher
-was stopped), cancelled (scancel), stopped (ended short without a failure note: scancel, kill -9 of the ranks, a dead
-node), never started, or unknown (a plain folder of traces).
+at which step), hung (the hang watchdog ended it: the rank the others waited for), preempted
+(checkpoint written, waiting for the requeue), interrupted (the launcher was stopped), cancelled
+(scancel), stopped (ended short without a failure note: scancel, kill -9 of the ranks, a dead
+node), no_steps (the job ended and no rank recorded a single step), never started, or unknown (a
+plain folder of traces). A job whose ranks trained alone (the manifest's latest attempt says no
+process group of the job's) is said so, whatever its state.
 
 Why here and not in the analysis: the launcher writes the evidence (the manifest's `outcome`), the
-ranks write the rest (steps/, failures/, checkpoint/), and both `submit` and `analyze` need one
+ranks write the rest (steps/, failures/, hangs/, checkpoint/), and both `submit` and `analyze` need one
 reading of it. `analyze` prints :meth:`RunState.describe` first, stores :meth:`RunState.to_dict`
 as summary.json `run_state`, and treats every state but "completed" (and "unknown") as partial.
 
 Evidence, strongest first:
 1. the manifest's `outcome` (written by `submit` when it waited: never_started, interrupted, failed
    with the first failure it saw, completed);
-2. failure notes: the earliest one that is not a peer failure names the failing rank;
-3. step files: every rank of the world reached the planned step count -> completed;
-4. liveness: a rank process of this host still alive (pid in the manifest), SLURM saying the job
+2. hang notes (hangs/, hpcprof.rundir.hangs): the ranks' hang watchdog fired; the verdict names the
+   rank the others waited for, and outranks the failure notes that a hung rank's exit caused;
+3. failure notes: the earliest one that is not a peer failure names the failing rank;
+4. step files: every rank of the world reached the planned step count -> completed;
+5. liveness: a rank process of this host still alive (pid in the manifest), SLURM saying the job
    is pending or running (`squeue`, when it answers), or step files written very recently;
-5. a checkpoint without a live job -> preempted (checkpoints are written only on preemption).
+6. a checkpoint without a live job -> preempted (checkpoints are written only on preemption).
 """
 
 from __future__ import annotations
@@ -30,10 +35,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .hangs import run_verdict
 from .layout import RunDir, RunDirError
 from .records import unanswered
 
-STATES = ("running", "completed", "failed", "preempted", "interrupted", "cancelled", "stopped", "never_started", "unknown")
+STATES = ("running", "completed", "failed", "hung", "preempted", "interrupted", "cancelled", "stopped", "no_steps",
+          "never_started", "unknown")
+NO_STEP_TEXT = ("no optimizer step was recorded on any rank: the training code ended before its first step that hpcprof "
+                "records (an optimizer step, or a step of run.steps()/run.step()), so there is nothing to analyse")
+"""What the state "no_steps" says (the run state, submit's last line)."""
+ALONE_TEXT = ("the ranks trained alone: no process group of the job's (more than one rank, and the training code never "
+              "created one), so each rank trained by itself and no cross-rank analysis applies")
+"""What a job whose latest attempt's process_group is "none" is said to be (the run state, submit)."""
 FRESH_MIN_S = 120.0
 """Step files written less than this long ago (or 20 median steps, if longer) mean the job is stepping."""
 
@@ -54,6 +67,11 @@ class RunState:
     job_id: str | None = None
     evidence: str | None = None
     """What the state was read from, for the curious."""
+    hang: dict | None = None
+    """State "hung": the verdict (hpcprof.rundir.hangs.verdict: culprit, step, where, waiters, text)."""
+    process_group: str | None = None
+    """The manifest's latest attempt's process_group: "hpcprof", "script", "none" (the ranks trained
+    alone) or None (unknown)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,6 +99,8 @@ def describe(st: dict | None) -> str:
         at = f" at step {st['failed_step']}" if st.get("failed_step") is not None else ""
         err = f": {st['error']}" if st.get("error") else ""
         text = f"{job}failed: rank {st['failed_rank']} crashed{at}{err}{prog}"
+    elif s == "hung":
+        text = f"{job}hung: {st.get('error') or 'the hang watchdog fired'}{prog}"
     elif s == "preempted":
         text = f"{job}was preempted after step {(st.get('steps_done') or 0) - 1} (checkpoint written; it resumes when requeued){prog}"
     elif s == "interrupted":
@@ -89,11 +109,15 @@ def describe(st: dict | None) -> str:
         text = f"{job}was cancelled ({st.get('error') or 'scancel'}){prog}"
     elif s == "stopped":
         text = f"{job}stopped early without a failure note (cancelled, killed or a node lost?){prog}"
+    elif s == "no_steps":
+        text = f"{job}ended without a step: {NO_STEP_TEXT}"
     elif s == "never_started":
         text = f"{job}never started" + (f": {st['error']}" if st.get("error") else "")
     else:
         text = f"{job}{s}{prog}"
-    if st.get("partial") and s != "never_started":
+    if st.get("process_group") == "none":
+        text += f"; {ALONE_TEXT}"
+    if st.get("partial") and s not in ("never_started", "no_steps"):
         text += "; partial analysis"
     return f"run state: {text}"
 
@@ -203,12 +227,23 @@ def _count(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def latest_attempt(manifest: dict) -> dict:
+    """The manifest's latest attempt (hpcprof.rundir.manifest.Attempt) as a dict; {} when there is none
+    or it is malformed."""
+    attempts = manifest.get("attempts") if isinstance(manifest.get("attempts"), list) else []
+    return attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+
+
+def trained_alone(manifest: dict) -> bool:
+    """Whether the latest attempt says the ranks trained alone (its process_group "none")."""
+    return latest_attempt(manifest).get("process_group") == "none"
+
+
 def planned_steps(manifest: dict, spec: dict) -> int | None:
     """The steps the job runs: the count rank 0 recorded at a clean end of the latest attempt
     (Attempt.steps_done: the script's own loop length); else, for the built-in trainer and runs of
     older versions, train.steps; None for user code still running (its loop decides)."""
-    attempts = manifest.get("attempts") if isinstance(manifest.get("attempts"), list) else []
-    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    last = latest_attempt(manifest)
     if _count(last.get("steps_done")):
         return last["steps_done"]
     if last.get("steps_source") in ("api", "optimizer"):
@@ -236,13 +271,19 @@ def run_state(path: str | os.PathLike) -> RunState:
     done, newest, step_s = _steps(run, world, planned)
     ranks = range(world) if world else sorted(done)
     steps_done = min((done.get(r, 0) for r in ranks), default=0)
-    base = dict(steps_done=steps_done, steps_planned=planned, job_id=job_id)
+    last = latest_attempt(manifest)
+    pg = last.get("process_group")
+    base = dict(steps_done=steps_done, steps_planned=planned, job_id=job_id, process_group=pg if isinstance(pg, str) else None)
 
     if outcome.get("state") == "never_started":
         return RunState("never_started", partial=True, error=outcome.get("error"), evidence="manifest outcome", **base)
     if outcome.get("state") in ("interrupted", "cancelled"):
         return RunState(outcome["state"], partial=True, error=outcome.get("error") or outcome.get("signal"),
                         evidence="manifest outcome", **base)
+    hang = run_verdict(run, world)
+    if hang is not None:
+        return RunState("hung", partial=True, failed_rank=hang["culprit"], failed_step=hang["step"], error=hang["text"],
+                        evidence="hangs/ (the ranks' hang watchdog)", hang=hang, **base)
     notes = [f for f in run.read_failures() if isinstance(f, dict)]
     first = outcome.get("first_failure") if isinstance(outcome.get("first_failure"), dict) else None
     if first is None and notes:
@@ -255,11 +296,15 @@ def run_state(path: str | os.PathLike) -> RunState:
                         evidence="manifest outcome" if outcome.get("first_failure") else "failures/", **base)
     if planned is not None and done and steps_done >= planned:
         return RunState("completed", partial=False, evidence="every rank recorded every planned step", **base)
-    why = _live(manifest, newest, step_s)
+    # the launcher saw every rank end cleanly: fresh step files no longer mean a live job
+    why = _live(manifest, newest, step_s) if outcome.get("state") != "completed" else None
     if why:
         return RunState("running", partial=True, evidence=why, **base)
     if run.checkpoint_path.is_file():
         return RunState("preempted", partial=True, evidence="checkpoint/latest.pt without a live job", **base)
+    if not any(done.values()) and (last or outcome.get("state") == "completed"):
+        # the ranks started (an attempt recorded) or ran to their end, and none recorded a step
+        return RunState("no_steps", partial=True, evidence="no step recorded in steps/ by any rank; nothing alive", **base)
     if outcome.get("state") == "completed" and planned is None:
         return RunState("completed", partial=False, evidence="manifest outcome", **base)
     if not done and job_id is None:

@@ -15,7 +15,8 @@ TOML layout::
     [profiler]   wait = 1, warmup = 1, active = 3, ...
     [drills]     straggler = "2:50", crash = "3:4"
 
-Every field has a docstring (:mod:`.schema`; the SLURM fields of ``[resources]`` are in
+Every field has a docstring (:mod:`.schema`, the built-in trainer's sections in :mod:`.builtin`, the
+drills in :mod:`.drills`; the SLURM fields of ``[resources]`` are in
 :mod:`hpcprof.slurm.resources`); ``python -m hpcprof.submit --help`` shows them with their
 defaults, and each field can be overridden with ``--<section>-<field>`` (resources fields need no
 prefix: ``--nodes``, ``--partition``), or with ``--set section.field=value`` (:mod:`.cli`).
@@ -38,17 +39,13 @@ from .cli import (
     spec_from_args,
     split_passthrough,
 )
+from .builtin import AMP_MODES, ARCHS, DATA_SOURCES, Data, Model, builtin_only
+from .drills import Drills
 from .schema import (
-    AMP_MODES,
-    ARCHS,
     CLUSTERS,
-    DATA_SOURCES,
     RUN_NAME_RE,
     SECTIONS,
-    Data,
-    Drills,
     JobSpec,
-    Model,
     Profiler,
     Resources,
     Train,
@@ -63,7 +60,7 @@ from .toml import coerce_value, read_toml, to_toml
 __all__ = [
     "AMP_MODES", "ARCHS", "CLUSTERS", "DATA_SOURCES", "FLAG_ALIASES", "RUN_NAME_RE", "SECTIONS",
     "Data", "Drills", "JobSpec", "Model", "Profiler", "Resources", "SpecError", "Train",
-    "add_field_argument", "add_resource_arguments", "add_spec_arguments", "apply_values", "choices",
+    "add_field_argument", "add_resource_arguments", "add_spec_arguments", "apply_values", "builtin_only", "choices",
     "coerce_value", "field_docs", "field_of_flag", "flag_of", "iter_fields", "load_spec", "override_argv",
     "override_items", "overrides_from_args", "read_spec_toml", "read_toml", "resources_from_args",
     "set_value", "spec_from_args", "spec_from_dict", "split_passthrough", "to_toml", "validate_run_name",

@@ -28,6 +28,7 @@ from .toml import coerce_value
 FLAG_ALIASES: dict[str, str] = {
     "drills.straggler": "--inject-straggler",
     "drills.crash": "--inject-crash",
+    "drills.hang": "--inject-hang",
     "drills.clock_skew": "--inject-clock-skew",
     "workload.entry": "--entry",
     "workload.script": "--script",

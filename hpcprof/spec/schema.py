@@ -5,7 +5,8 @@ Fields with a fixed set of values are typed ``Literal[...]``: the valid values a
 annotation (:func:`choices`), so the type, the validation and the error message ("valid values:
 ...") share one definition. TOML and value coercion are :mod:`.toml`, applying them to a spec
 :mod:`.load`; the command-line flags are :mod:`.cli`. The ``[resources]`` section is :class:`hpcprof.slurm.resources.SlurmResources`
-(shared with the analysis job array) plus the executor choice.
+(shared with the analysis job array) plus the executor choice; the built-in trainer's own sections
+(``[model]``, ``[data]``) are :mod:`.builtin`, the ``[drills]`` section :mod:`.drills`.
 
 Over 300 lines on purpose: most of it is the docstring under each field (the user-facing
 documentation that ``--help`` shows), and the cross-field checks belong next to the fields.
@@ -23,22 +24,18 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from ..slurm.resources import ResourcesError, SlurmResources
+from .builtin import BUILTIN_SECTIONS, Data, Model, builtin_only
+from .drills import Drills
 from .errors import SpecError
 from .toml import to_toml
 
 Cluster = Literal["auto", "slurm", "local", "debug"]
-Arch = Literal["resnet18", "resnet34", "resnet50", "resnet101"]
-DataSource = Literal["synthetic", "fakedata", "imagefolder"]
-AmpMode = Literal["off", "auto", "bf16", "fp16"]
 ProfilerMode = Literal["schedule", "triggered"]
 TRIGGER_BASELINE_MIN_STEP = 10
 """Profiler mode "triggered": the baseline window starts at profiler.wait, but not before this step
 (the first steps of a run are start-up: allocator, caches, DDP's bucket rebuild, the profiler's own)."""
 
 CLUSTERS: tuple[str, ...] = typing.get_args(Cluster)
-ARCHS: tuple[str, ...] = typing.get_args(Arch)
-DATA_SOURCES: tuple[str, ...] = typing.get_args(DataSource)
-AMP_MODES: tuple[str, ...] = typing.get_args(AmpMode)
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -57,73 +54,10 @@ class Resources(SlurmResources):
 
 
 @dataclass
-class Model:
-    """What is trained."""
-
-    arch: Arch = "resnet50"
-    """torchvision ResNet: resnet18, resnet34, resnet50 or resnet101 (random weights)."""
-    num_classes: int = 1000
-    """Number of output classes."""
-    image_size: int = 224
-    """Square input image size in pixels."""
-    channels_last: bool = False
-    """Use the channels_last memory format for model and inputs."""
-    compile: bool = False
-    """Wrap the model in torch.compile."""
-    amp: AmpMode = "off"
-    """Automatic mixed precision: "off", "bf16" (autocast), "fp16" (autocast with GradScaler), or
-    "auto": bf16 on GPUs of compute capability 8.0+ (A100, H100), fp16 with GradScaler below (V100,
-    whose bf16 convolutions fall back to slow kernels), off on CPU. "bf16" on a GPU below 8.0 is
-    refused with that reason."""
-    cudnn_benchmark: bool = True
-    """torch.backends.cudnn.benchmark: let cuDNN time its convolution algorithms on the first steps
-    and keep the fastest (fixed input shapes, as here). GPU only."""
-
-
-@dataclass
-class Data:
-    """Where batches come from and how they reach the device."""
-
-    source: DataSource = "synthetic"
-    """"synthetic": random batches created once on the device (the compute upper bound);
-    "fakedata": torchvision FakeData decoded on the CPU through a DataLoader; "imagefolder": an
-    ImageFolder at `path`, through a DataLoader."""
-    path: str = ""
-    """Dataset root for source = "imagefolder"."""
-    batch_size: int = 32
-    """Batch size per rank."""
-    num_workers: int = 0
-    """DataLoader worker processes per rank."""
-    pin_memory: bool = False
-    """Pin host memory in the DataLoader (faster host-to-device copies)."""
-    non_blocking: bool = False
-    """Copy batches to the device with non_blocking=True."""
-    prefetch_factor: int = 0
-    """Batches prefetched per worker (needs num_workers > 0). 0: the DataLoader default."""
-    persistent_workers: bool = False
-    """Keep DataLoader workers alive across epochs (needs num_workers > 0)."""
-    uint8_on_device: bool = False
-    """Ship images as uint8 and convert/normalise them on the device instead of on the CPU."""
-    dataset_size: int = 2048
-    """Number of samples in the FakeData dataset (per epoch, all ranks together)."""
-    raw_image_size: int = 0
-    """FakeData only: generate images of this size and augment them on the CPU as ImageNet
-    training does with decoded photos (RandomResizedCrop to model.image_size, horizontal flip)
-    before ToTensor/Normalize: a slow input pipeline with real CPU work. 0: images are generated
-    at model.image_size, no augmentation."""
-
-    def steps_per_epoch(self, world_size: int) -> int | None:
-        """Steps in one pass over the data (the DistributedSampler and the DataLoader both drop the
-        last partial batch). None where it is not known before the job reads the data (imagefolder)
-        or where there are no epochs (synthetic)."""
-        if self.source != "fakedata":
-            return None
-        return (self.dataset_size // max(world_size, 1)) // max(self.batch_size, 1)
-
-
-@dataclass
 class Train:
-    """The step loop."""
+    """The step loop. lr, momentum, zero_grad_set_to_none, seed and gradient_as_bucket_view are the
+    built-in trainer's own (hpcprof.spec.builtin.BUILTIN_TRAIN_FIELDS); steps, pg_timeout_s and
+    hang_timeout_s apply to every workload."""
 
     steps: int = 20
     """Total training steps (global step count; a resumed run continues up to this number)."""
@@ -141,6 +75,19 @@ class Train:
     waiting longer than this for a dead or stuck peer fails instead of hanging until the job's time
     limit. A rank whose peer left a failure note stops within seconds anyway (hpcprof watches the
     run directory's failures/)."""
+    hang_timeout_s: float = 60.0
+    """The hang watchdog: a rank that has not completed a step for max(this, 20 x the median step time
+    so far) seconds (zero-change mode: nor run a forward pass of the model) dumps every thread's Python
+    stack and a hang note into hangs/, and so does every other rank as soon as it sees that note;
+    then each ends (exit code 124) and submit names the rank the others waited for. The job ends
+    within this timeout plus a few seconds, not the process-group timeout. Why a floor and 20 x the
+    median: a healthy job's slowest steps (an evaluation, a checkpoint, a trace export, a loaded
+    machine) stay well under 20 median steps, and the floor keeps jobs with quick steps from
+    taking a pause for a hang. The median is sampled once a second from the step loop's own
+    step-start time (nothing is added per step). Set train.pg_timeout_s above it, or the process
+    group's timeout fires first. 0: off. PyTorch's flight recorder has no public dump call (only
+    private names), so the watchdog does not dump it; on NCCL it is dumped by PyTorch at its
+    own timeout (nccl-flight-recorder/)."""
     gradient_as_bucket_view: bool = True
     """DDP's gradient_as_bucket_view: gradients are views into the all-reduce buckets (no copy in and
     out of the buckets, less memory)."""
@@ -199,87 +146,6 @@ class Profiler:
     """Triggered: captures after the baseline window, at most, per job."""
     min_gap_steps: int = 50
     """Triggered: steps at least between the end of a capture and the start of the next."""
-
-
-@dataclass
-class Drills:
-    """Known faults injected on purpose, to check that the analysis finds them."""
-
-    straggler: str = ""
-    """"RANK:MS[:EVERY][@FROM[-TO]]": that rank sleeps MS milliseconds on the host before the
-    work of every step (between getting its batch and handing it to the training code: a slow input
-    pipeline on one node), or only of the steps whose number is a multiple of EVERY, and only from
-    step FROM (to step TO, inclusive) when given: a healthy job that turns slow mid-run. With
-    EVERY = 2 the truth is measured inside one run: each drilled step's time minus that of its
-    undrilled neighbours, so drift between runs cancels. On a GPU the rank first waits for its
-    queue to drain, so the GPU sees the delay. Empty: off."""
-    crash: str = ""
-    """"RANK:STEP": that rank raises at that step. Empty: off."""
-    clock_skew: str = ""
-    """"NODE:MS": the ranks on node NODE (its host name) write every trace timestamp shifted by MS
-    milliseconds (negative: behind), as a host with an unsynchronised clock would. The analysis
-    must recover the offset (summary.json clock_alignment) and report the same straggler and wait
-    numbers as without it. The step records are not shifted. Empty: off."""
-
-    @property
-    def straggler_rank_ms(self) -> tuple[int, float] | None:
-        """The straggler drill as (rank, milliseconds), or None when off."""
-        d = self.straggler_plan
-        return (d.rank, d.ms) if d else None
-
-    @property
-    def straggler_drill(self) -> tuple[int, float, int] | None:
-        """The straggler drill as (rank, milliseconds, every), or None when off (every = 1: each step)."""
-        d = self.straggler_plan
-        return (d.rank, d.ms, d.every) if d else None
-
-    @property
-    def straggler_plan(self) -> "StragglerPlan | None":
-        """The straggler drill, parsed, or None when off."""
-        if not self.straggler:
-            return None
-        m = re.fullmatch(r"\s*(\d+)\s*:\s*([0-9]+(?:\.[0-9]*)?)\s*(?::\s*(\d+)\s*)?(?:@\s*(\d+)\s*(?:-\s*(\d+)\s*)?)?",
-                         str(self.straggler))
-        if not m:
-            raise SpecError(f"drills.straggler must look like RANK:MS[:EVERY][@FROM[-TO]] (e.g. 2:50, 1:60:2 or "
-                            f"1:60@120-160), got {self.straggler!r}")
-        rank, ms, every = int(m.group(1)), float(m.group(2)), int(m.group(3) or 1)
-        first, last = int(m.group(4) or 0), (int(m.group(5)) if m.group(5) else None)
-        if every < 1:
-            raise SpecError(f"drills.straggler: EVERY must be >= 1 (1: every step), got {every}")
-        if not 0 < ms <= 600_000:
-            raise SpecError(f"drills.straggler: MS must be > 0 and at most 600000 (10 minutes), got {m.group(2)}")
-        if last is not None and last < first:
-            raise SpecError(f"drills.straggler: the step range @{first}-{last} is empty (TO < FROM)")
-        return StragglerPlan(rank, ms, every, first, last)
-
-    @property
-    def clock_skew_node_ms(self) -> tuple[str, float] | None:
-        """The clock-skew drill as (node, milliseconds), or None when off."""
-        if not self.clock_skew:
-            return None
-        m = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\s*:\s*(-?[0-9]+(?:\.[0-9]*)?)\s*", str(self.clock_skew))
-        if not m:
-            raise SpecError(f"drills.clock_skew must look like NODE:MS (e.g. n2:5 or n2:-0.5), got {self.clock_skew!r}")
-        return m.group(1), float(m.group(2))
-
-    @property
-    def crash_rank_step(self) -> tuple[int, int] | None:
-        """The crash drill as (rank, step), or None when off."""
-        return _parse_pair(self.crash, "drills.crash", "RANK:STEP", int) if self.crash else None
-
-
-@dataclass(frozen=True)
-class StragglerPlan:
-    """The straggler drill, parsed (hpcprof.spec.Drills.straggler)."""
-
-    rank: int
-    ms: float
-    every: int = 1
-    first: int = 0
-    """First step it acts in."""
-    last: int | None = None
-    """Last step it acts in (None: to the end of the run)."""
 
 
 @dataclass
@@ -343,7 +209,18 @@ class JobSpec:
 
     # ----------------------------------------------------------------- conversion
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The spec as a dict (the manifest's `spec`, spec.toml). A user's own workload (script or
+        entry) leaves out the built-in trainer's settings (:func:`.builtin.builtin_only`): its model,
+        data and optimizer are the user's, and a default such as model.arch = "resnet50" would
+        describe a job that never ran."""
+        d = dataclasses.asdict(self)
+        if not self.workload.builtin:
+            for section in list(d):
+                if isinstance(d[section], dict):
+                    d[section] = {k: v for k, v in d[section].items() if not builtin_only(f"{section}.{k}")}
+                    if not d[section] and section in BUILTIN_SECTIONS:
+                        del d[section]
+        return d
 
     def to_toml(self) -> str:
         """The spec as a TOML job file (what ``spec.toml`` in a run directory holds)."""
@@ -380,6 +257,19 @@ class JobSpec:
     def warnings(self) -> list[str]:
         """Valid but probably unintended settings, said before the job runs (the job still runs)."""
         out = []
+        t = self.train
+        if t.hang_timeout_s and t.hang_timeout_s >= t.pg_timeout_s:
+            out.append(f"train.hang_timeout_s {t.hang_timeout_s:g} is not below train.pg_timeout_s {t.pg_timeout_s}: a hung "
+                       "job fails at the process group's timeout, without the hang verdict; lower the first or raise the second")
+        if not self.workload.builtin:
+            base = JobSpec()
+            ignored = [f"{section}.{f.name}" for section in ("model", "data", "train")
+                       for f in fields(getattr(self, section)) if builtin_only(f"{section}.{f.name}")
+                       and getattr(getattr(self, section), f.name) != getattr(getattr(base, section), f.name)]
+            if ignored:
+                what = f"--script {self.workload.script}" if self.workload.script else f"--entry {self.workload.entry}"
+                out.append(f"{', '.join(ignored)} set the built-in ResNet trainer only; your workload ({what}) ignores "
+                           "them and the run directory does not record them (pass your settings after --)")
         crossings = self.traced_epoch_boundaries()
         if crossings:
             d, p = self.data, self.profiler
@@ -429,6 +319,8 @@ class JobSpec:
         ]:
             if value < low:
                 raise SpecError(f"{key} must be >= {low}, got {value}")
+        if not 0 <= t.hang_timeout_s < float("inf"):  # also refuses NaN
+            raise SpecError(f"train.hang_timeout_s must be a number of seconds >= 0 (0: off), got {t.hang_timeout_s}")
         if not t.lr > 0:  # also refuses NaN
             raise SpecError(f"train.lr must be > 0, got {t.lr}")
         if not t.momentum >= 0:  # also refuses NaN
@@ -469,7 +361,8 @@ class JobSpec:
                     f"warmup {p.warmup} + active {p.active}) x repeat {p.repeat} = {needed * p.repeat}"
                 )
         ws = world_size or (self.world_size if r.tasks_per_node else None)
-        for key, pair in (("drills.straggler", self.drills.straggler_rank_ms), ("drills.crash", self.drills.crash_rank_step)):
+        for key, pair in (("drills.straggler", self.drills.straggler_rank_ms), ("drills.crash", self.drills.crash_rank_step),
+                          ("drills.hang", self.drills.hang_rank_step)):
             if pair is None:
                 continue
             rank, value = pair
@@ -487,26 +380,13 @@ class JobSpec:
             raise SpecError("workload.args must be a list of strings")
         if w.args and w.builtin:
             raise SpecError("workload.args are for --entry or --script; the built-in trainer takes spec flags")
-        crash = self.drills.crash_rank_step
-        if crash and crash[1] >= t.steps:
-            raise SpecError(f"drills.crash: step {crash[1]} is never reached (train.steps = {t.steps})")
+        for key, pair in (("drills.crash", self.drills.crash_rank_step), ("drills.hang", self.drills.hang_rank_step)):
+            if pair and pair[1] >= t.steps:
+                raise SpecError(f"{key}: step {pair[1]} is never reached (train.steps = {t.steps})")
         return self
 
 
 # --------------------------------------------------------------------------- helpers
-_EXAMPLES = {"RANK:MS": "2:50", "RANK:STEP": "3:4"}
-
-
-def _parse_pair(text: str, key: str, form: str, conv) -> tuple[int, Any]:
-    m = re.fullmatch(r"\s*(\d+)\s*:\s*([0-9.]+)\s*", str(text))
-    if not m:
-        raise SpecError(f"{key} must look like {form} (e.g. {_EXAMPLES[form]}), got {text!r}")
-    try:
-        return int(m.group(1)), conv(m.group(2))
-    except ValueError:
-        raise SpecError(f"{key} must look like {form} (e.g. {_EXAMPLES[form]}), got {text!r}") from None
-
-
 @lru_cache(maxsize=None)
 def choices(cls: type) -> dict[str, tuple[str, ...]]:
     """{field: valid values} for the fields of ``cls`` typed ``Literal[...]``."""

@@ -28,15 +28,30 @@ def stored() -> dict:
     return json.loads(STORE.read_text())
 
 
-# fields added since the reference was stored, with the value that means "as before"
-ADDED_SINCE = {"steps_left_out": []}
+# fields added since the reference was stored, with the value that means "as before", or a check of a
+# new fact against the rest of the same object
+ADDED_SINCE = {
+    "steps_left_out": [],
+    # issue 36: a folder of traces has no hangs/, so no hang verdict
+    "hang": None,
+    # issue 33: these trace folders hold no manifest and none of hpcprof's control rounds
+    "control_collectives": 0, "trained_alone": None, "process_group": None,
+    "workload": {"kind": "unknown", "name": None, "args": [], "batch_per_rank": None},
+    # every collective in them is the job's: at least one per matched instance
+    "job_collectives": lambda v, now: isinstance(v, int) and v >= now["collectives_matched"],
+}
+
+
+def _as_before(k, now: dict) -> bool:
+    want = ADDED_SINCE[k]
+    return want(now[k], now) if callable(want) else now[k] == want
 
 
 def _diff(a, b, path="") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b), key=str):
-            if k not in a and k in ADDED_SINCE and b[k] == ADDED_SINCE[k]:
+            if k not in a and k in ADDED_SINCE and _as_before(k, b):
                 continue
             if k not in a or k not in b:
                 out.append(f"{path}.{k}: {'missing now' if k not in b else 'new'}")

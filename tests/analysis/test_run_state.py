@@ -221,3 +221,29 @@ def test_state_running_from_a_live_rank_process(tmp_path):
 
 def test_plain_trace_folder_has_no_run_state(tmp_path):
     assert run_state(tmp_path).state == "unknown"
+
+
+def test_state_a_job_that_ended_without_a_step_says_no_optimizer_step_not_stopped_early(tmp_path):
+    """The ranks started (an attempt recorded), the launcher saw them end cleanly, and no rank wrote a
+    step record: nothing was measured. That is said plainly, never "completed" nor "stopped early"."""
+    run = _fake_run(tmp_path / "r", attempts=[{"started": "x", "resumed_from_step": None, "job_id": "1234"}],
+                    outcome={"state": "completed", "time": "y"})
+    st = run_state(run)
+    assert st.state == "no_steps" and st.partial and st.steps_done == 0
+    line = st.describe()
+    assert "no optimizer step was recorded on any rank" in line and "stopped" not in line and "completed" not in line
+    a = _analyze(run)  # no trace either: analyze refuses in one line, saying why
+    assert a.returncode == 2 and "no optimizer step was recorded on any rank" in a.stderr and "Traceback" not in a.stderr
+
+
+def test_state_of_ranks_that_trained_alone_says_so(tmp_path):
+    """The latest attempt says the job's ranks shared no process group: every state line says they
+    trained alone; an older manifest without the field says nothing of it."""
+    alone = [{"started": "x", "resumed_from_step": None, "job_id": "1234", "process_group": "none"}]
+    st = run_state(_fake_run(tmp_path / "a", done={0: 10, 1: 10}, attempts=alone))
+    assert st.state == "completed" and st.process_group == "none"
+    assert "the ranks trained alone: no process group of the job's" in st.describe()
+    st = run_state(_fake_run(tmp_path / "b", done={0: 10, 1: 10}, attempts=[{**alone[0], "process_group": "script"}]))
+    assert st.process_group == "script" and "alone" not in st.describe()
+    st = run_state(_fake_run(tmp_path / "c", done={0: 10, 1: 10}, attempts=[{"started": "x", "resumed_from_step": None}]))
+    assert st.process_group is None and "alone" not in st.describe()

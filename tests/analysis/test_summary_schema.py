@@ -27,6 +27,7 @@ SCHEMA = REPO / "docs" / "summary-json.md"
 WHERE = {
     "Summary": lambda s: [s],
     "RunState": lambda s: [s["run_state"]],
+    "Workload": lambda s: [s["workload"]],
     "PerRank": lambda s: s["per_rank"],
     "KernelType": lambda s: s["kernel_breakdown"] or [],
     "Straggler": lambda s: s["stragglers"],

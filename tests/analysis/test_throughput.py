@@ -101,6 +101,21 @@ def test_resumed_attempt_starts_with_warmup_and_no_batch_size_means_unknown():
     assert throughput(make_steps().drop(columns="batch_size"))[0] is None
 
 
+def test_a_rank_whose_records_hold_no_batch_size_leaves_the_job_samples_per_s_unknown():
+    """Rank 1's training code did not say its batch size: the job's samples/s would be rank 0's
+    samples over the job's step (half the truth, were both 32); it is left unknown, not guessed,
+    and rank 0's own figure stands."""
+    d = make_steps()
+    d["batch_size"] = d["batch_size"].astype(object).where(d["rank"] == 0, None)
+    summary, _, job_steps = throughput(d, profiler_warmup=2)
+    job = summary["job"]
+    assert job["median_samples_per_s"] is None and job["batch"] is None and job["end_to_end_samples_per_s"] is None
+    assert job_steps["samples_per_s"].isna().all()
+    r0, r1 = summary["per_rank"]
+    assert r0["median_samples_per_s"] == pytest.approx(throughput(make_steps(), profiler_warmup=2)[0]["per_rank"][0]["median_samples_per_s"])
+    assert r1["median_samples_per_s"] is None
+
+
 def _gpu_run() -> pd.DataFrame:
     """A CUDA run's records: the host issues every step in 20 ms (it runs ahead of the device), while
     the GPU's clock says what each step really took (its boundary events): _steady_s, and 60 ms more

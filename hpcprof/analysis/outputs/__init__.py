@@ -5,6 +5,7 @@
 - charts.py: the PNG charts and the process pool that draws them while the reduce runs;
 - summary.py: ``summary.json`` (built from the reduce's result, written atomically);
 - report.py: the self-contained ``report.html``;
+- run_config.py: the run's configuration as the report and the console say it (a user's workload by name);
 - console.py: the few lines printed at the end of ``python -m hpcprof.analyze``;
 - timeline_trace.py: the merged timeline of every rank as one Perfetto/Chrome trace, streamed from
   the ranks' pieces (timeline_render.py: one rank's events as JSON text; timeline_budget.py: the

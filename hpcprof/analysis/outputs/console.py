@@ -4,6 +4,7 @@ recommendation, warnings, and where the report is."""
 from __future__ import annotations
 
 from ...rundir.state import describe
+from .run_config import batch_text, workload_text
 
 
 def console_summary(summary: dict) -> str:
@@ -12,6 +13,9 @@ def console_summary(summary: dict) -> str:
     if state.get("state") not in (None, "unknown"):
         lines.append(describe(state))  # first: a running, crashed or stopped job is not read as a finished one
     lines.append(f"hpcprof analysis of {summary['source']}: {len(summary['ranks_analyzed'])}/{summary['world_size']} ranks, device {summary['device']}{' (' + summary['device_name'] + ')' if summary.get('device_name') else ''}")
+    user = workload_text(summary.get("workload"))
+    if user:  # a user's own job, named by what it is; its batch as its step records say
+        lines.append(f"workload: {user}; batch {batch_text(summary.get('workload'))}")
     comm = summary.get("communication") or {}
     ours = bool(comm.get("differs"))  # HTA's compute and overlap, and ours beside them where they differ
     hdr = f"{'rank':>4}  {'node':<14} {'step ms':>9} {'idle %':>7} {'comp %':>7} {'overlap %':>9}"
@@ -44,6 +48,8 @@ def console_summary(summary: dict) -> str:
         lines.append(f"top straggler: rank {s['rank']} (node {s.get('node') or 'unknown'}): costs {s['cost_ms_per_step']:.1f} ms/step "
                      f"(what-if replay; above {s['threshold_ms']:.1f} ms in {s['steps_flagged']} of {s['steps']} profiled steps); "
                      f"cause {s['cause']}; job straggler slowdown x{summary.get('straggler_slowdown') or 1:.3f}")
+    elif summary.get("trained_alone"):
+        lines.append(f"stragglers: not analysed: {summary['trained_alone']}")
     else:
         lines.append("stragglers: none")
     if summary["recommendations"]:

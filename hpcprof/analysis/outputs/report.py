@@ -21,6 +21,7 @@ from ..reduce.whatif import NO_STRAGGLER_TEXT
 from .htmlparts import esc, group_warnings, json_text, num, table
 from .layout import REPORT_FILE
 from .report_sections import communication_section, critical_path_section, critical_path_verdict
+from .run_config import run_config
 
 CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.5em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
@@ -184,6 +185,8 @@ def _verdict(s: dict, colls) -> str:
             f"<li><b>Top straggler: rank {esc(t['rank'])}</b> on node {esc(t.get('node') or 'unknown')}: costs "
             f"{num(t.get('cost_ms_per_step'))} ms per step; cause: <b>{esc(t.get('cause'))}</b> ({esc(t.get('cause_detail'))})."
             + (f"<br><span class='where'>Where to look: {where}.</span>" if where else "") + "</li>")
+    elif s.get("trained_alone"):  # no collective of the job's own: "no straggler" would read as a healthy job
+        items.append(f"<li><span class='bad'>No cross-rank analysis</span>: {esc(s['trained_alone'])}.</li>")
     elif len(s.get("ranks_analyzed", [])) > 1:
         items.append(f"<li><span class='good'>No straggler</span>: {esc(NO_STRAGGLER_TEXT)}.</li>")
         if colls is not None and not colls.empty and "skew_ms" in colls and colls["skew_ms"].max() > 0:
@@ -214,40 +217,6 @@ def _verdict(s: dict, colls) -> str:
         items.append(f"<li>Open the merged timeline (all ranks, one clock): <code>{esc(tl['path'])}</code> in "
                      "<a href='https://ui.perfetto.dev'>ui.perfetto.dev</a> (Open trace file) or chrome://tracing (Load).</li>")
     return "<section id='verdict' class='verdict'><h2>Verdict</h2><ul>" + "".join(items) + "</ul></section>"
-
-
-def run_config(manifest: dict | None, s: dict) -> list[tuple[str, str]]:
-    """(label, value) pairs of the run's configuration from the manifest (empty for trace folders)."""
-    m = manifest or {}
-    spec = m.get("spec") or {}
-    model, data, res, prof = (spec.get(k) or {} for k in ("model", "data", "resources", "profiler"))
-    v = m.get("versions") or {}
-    rows = []
-    if model:
-        extra = [x for x, on in (("channels_last", model.get("channels_last")), ("torch.compile", model.get("compile"))) if on]
-        rows.append(("Model", f"{model.get('arch')} ({model.get('image_size')} px images{', ' + ', '.join(extra) if extra else ''})"))
-        rows.append(("AMP", str(model.get("amp", "off"))))
-    if data:
-        rows.append(("Batch", f"{data.get('batch_size')} per rank"))
-        rows.append(("Data", f"{data.get('source')}, {data.get('num_workers', 0)} DataLoader workers, pin_memory {data.get('pin_memory')}"))
-    ranks = m.get("world_size") or s.get("world_size")
-    nodes = m.get("nodes") or []
-    if not nodes:
-        nodes = sorted({str(r.get("node")) for r in s.get("per_rank", []) if r.get("node")})
-    rows.append(("Ranks", f"{ranks} on {len(nodes) or 'unknown'} node(s){' ' + ', '.join(map(str, nodes)) if nodes else ''}; device {s.get('device')}"
-                 + (f"; backend {m['backend']}" if m.get("backend") else "")))
-    if not m:
-        rows.append(("Source", "a folder of traces without a manifest: model, batch and versions are not recorded"))
-    if m.get("executor"):
-        rows.append(("Launch", f"{m.get('executor')} ({m.get('launcher', '')}), job {m.get('job_id', '?')}"))
-    if prof:
-        rows.append(("Profiler", f"wait {prof.get('wait')}, warmup {prof.get('warmup')}, active {prof.get('active')}, repeat {prof.get('repeat')}"))
-    drills = {k: x for k, x in (m.get("drills") or {}).items() if x}
-    if drills:
-        rows.append(("Drills", ", ".join(f"{k} {x}" for k, x in drills.items())))
-    if v:
-        rows.append(("Versions", ", ".join(f"{k} {x}" for k, x in v.items() if x)))
-    return rows
 
 
 def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plots: dict[str, Path],
@@ -286,6 +255,8 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
             f"<li>rank {esc(x['rank'])} (node {esc(x.get('node') or 'unknown')}): costs {num(x.get('cost_ms_per_step'))} ms per step{_pct(x.get('cost_ms_per_step'), step_ms)}, "
             f"cause {esc(x.get('cause'))}." + (f" Where to look: {w}." if (w := where_to_look(s, colls, int(x['rank']))) else "") + "</li>" for x in strag) + "</ul>"
         body += table(_named_nodes(pd.DataFrame(strag)), columns=["rank", "node", "cost_ms_per_step", "cost_ms_per_step_median", "others_cost_ms_per_step", "others_wait_ms_per_step", "threshold_ms", "cause", "confidence", "late_in_steps_share"])
+    elif s.get("trained_alone"):
+        body += f"<p>Not analysed: {esc(s['trained_alone'])}.</p>"
     else:
         body += (f"<p>No straggler: {esc(NO_STRAGGLER_TEXT)}. A bar above the dashed line alone is not a straggler when the "
                  "other ranks cost about as much: that is the ranks' jitter (docs/analysis.md, &ldquo;Straggler flag&rdquo;).</p>")

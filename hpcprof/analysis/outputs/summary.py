@@ -50,6 +50,7 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "world_size": int(world_size) if world_size else len(red.metas),
         "ranks_analyzed": sorted(red.metas),
         "run_state": red.run_state,
+        "hang": (red.run_state or {}).get("hang"),
         "device": red.device,
         "device_name": ", ".join(sorted({str(m["device_name"]) for m in red.metas.values() if m.get("device_name")})) or None,
         "warnings": warnings,
@@ -68,6 +69,10 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "throughput": red.throughput,
         "clock_offsets_us": {str(k): v for k, v in red.clock_offsets_us.items()},
         "collectives_matched": int(len(red.collectives)),
+        "job_collectives": red.job_collectives,
+        "control_collectives": red.control_collectives,
+        "trained_alone": red.trained_alone,
+        "workload": red.workload,
         "manifest_drills": manifest.get("drills"),
         "outputs": {
             "report": str(out.report),

@@ -215,6 +215,11 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         "timeline": piece_info,
         "comm_reclassified": [{k: (float(v) if k == "time_us" else int(v) if k == "count" else v) for k, v in r.items()}
                               for r in tl.comm_reclassified],
+        # the job's own collectives in this trace (None where the trace cannot show them: a GPU run
+        # without device activity), and hpcprof's control collectives, never counted among them
+        "job_collectives": len(tl.collectives) if tl.has_gpu or tl.device_kind == "cpu" else None,
+        "control_collectives": tl.control_collectives,
+        "control_left_out": tl.control_left_out,
         "warnings": warnings,
         **gpu,
     }

@@ -15,6 +15,7 @@ import pandas as pd
 
 from .categories import STEP_CATEGORIES, CategoryClock
 from .comm_kernels import Names, classify, one_of, short_kernel_name
+from .control import control_events
 
 from ...rundir.records import REGION_DATA
 
@@ -120,6 +121,8 @@ class RankTimeline:
     """Communication kernels HTA does not count as such (ranks/comm_kernels.py), by name and reason."""
     comm_extra_corr: frozenset = frozenset()
     """Their correlation ids: the kernels whose HTA kernel type our breakdown changes to COMMUNICATION."""
+    control_collectives: int = 0  # hpcprof's own, issued in the trace (ranks/control.py): never in `collectives`
+    control_left_out: int = 0  # the gloo:<op> events of its groups' worker threads, left out of `collectives`
 
     def category_clock(self) -> CategoryClock:
         """The partition of this rank's time into CAUSE_CATEGORIES (see CategoryClock)."""
@@ -279,6 +282,8 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
     is_step = is_host & nm.test(STEP_RE)
     others = is_host & ~is_step
     is_gloo = others & nm.test(GLOO_RE)
+    is_control, control_gloo = control_events(nm, others, is_gloo, tid)  # hpcprof's own collectives
+    is_gloo &= ~control_gloo  # are not the job's: left out of every collective analysis
 
     names = nm.values()
     step_ev: dict = {}
@@ -408,4 +413,6 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
         comm_host=Intervals(ts[is_gloo], end[is_gloo]) if not is_gpu.any() else None,
         comm_reclassified=ck.reclassified(names, dur),
         comm_extra_corr=frozenset(corr[comm & ~ck.hta_comm & np.isfinite(corr)].tolist()),
+        control_collectives=int(is_control.sum()),
+        control_left_out=int(control_gloo.sum()),
     )

@@ -23,9 +23,10 @@ from .critical_path import CriticalPath, critical_paths
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
-from .sanity import cut_failed_collectives, cut_failed_steps, plausible_stragglers, same_host_clock_warnings
+from .sanity import ENDED_BADLY, cut_failed_collectives, cut_failed_steps, plausible_stragglers, same_host_clock_warnings
 from .step_stats import StepTimes, step_times
 from .throughput import throughput
+from .workload import collective_counts, trained_alone, workload
 
 
 @dataclass
@@ -74,6 +75,14 @@ class Reduced(RankNumbers):
     kernels we count that HTA does not, transfer and waiting in the collectives."""
     critical_path: CriticalPath | None = None
     """The cross-rank critical path of each profiled step (reduce.critical_path)."""
+    workload: dict | None = None
+    """summary.json `workload` (reduce.workload): what ran, and the batch size the step records hold."""
+    job_collectives: int | None = None
+    """The job's own collectives in the analysed traces (hpcprof's control rounds left out); None: unknown."""
+    control_collectives: int = 0
+    """hpcprof's own control collectives in the analysed traces (never analysed as the job's)."""
+    trained_alone: str | None = None
+    """Why the ranks trained alone (reduce.workload.trained_alone), or None."""
 
 
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
@@ -113,7 +122,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
     stages.step("step times")
     state = run_state(src)
     steps_trace = cut_failed_steps(state, steps_trace, warnings)
-    if state.partial and state.state != "failed":
+    if state.partial and state.state not in ENDED_BADLY:
         warnings.insert(0, f"partial analysis: {state.describe()}")
 
     steps = step_times(RunDir(src), keep, steps_trace, problems=warnings, max_step=_planned_steps(manifest))
@@ -147,8 +156,12 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
     strag, withheld = plausible_stragglers(strag, steps.median_ms)
     warnings.extend(withheld)
     warnings.extend(wi.warnings)
+    alone = trained_alone(manifest, metas)
+    job_colls, control_colls = collective_counts(metas)
     if len(metas) < 2:
         warnings.append("only one rank analysed: no cross-rank (straggler) analysis")
+    elif alone:
+        warnings.insert(0, alone)
     elif wi.collectives.empty:
         warnings.append("no collectives matched across ranks: straggler analysis skipped")
     elif wi.replay_error_pct is not None and wi.replay_error_pct > whatif.MAX_REPLAY_ERROR_PCT:
@@ -168,7 +181,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
     stages.step("recommendations")
     recs = recommendations(per_rank, steps_trace, steps.records, kall, kb, strag, metas, device, steps.spread, idle=idle,
                            comm=comm, critical=crit.summary())
-    if state.state == "failed" and steps_trace.empty:
+    if state.state in ENDED_BADLY and steps_trace.empty:
         recs = []  # nothing but a cut-off step to derive them from (warned above)
     return Reduced(
         run_state=state.to_dict(), metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
@@ -176,6 +189,8 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
         collectives=wi.collectives, waits_per_step=per_step, stragglers=strag, clock_offsets_us=offsets, recommendations=recs,
         whatif=wi,
         throughput=tp, throughput_steps=tp_steps, communication=comm, critical_path=crit,
+        workload=workload(manifest, steps.job_records), job_collectives=job_colls, control_collectives=control_colls,
+        trained_alone=alone,
     )
 
 

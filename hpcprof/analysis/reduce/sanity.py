@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+ENDED_BADLY = ("failed", "hung")
+"""Run states whose last step was cut off (a rank crashed in it, or hung in it and the watchdog ended the job)."""
+
 
 def same_host_clock_warnings(steps_trace: pd.DataFrame, hosts: dict[int, str | None], step_ms: float | None) -> tuple[list[str], set[int]]:
     """(warnings, ranks whose clock disagrees with the first rank of their host).
@@ -82,17 +85,19 @@ def cut_failed_steps(state, steps_trace: pd.DataFrame, warnings: list[str]) -> p
     Why: the step a rank crashed in is cut off (its ProfilerStep ends at the crash: a 0.51 ms step,
     or the survivors' step that only waited), and a recommendation derived from it is wrong. `state`:
     hpcprof.rundir.state.RunState."""
-    if state is None or state.state != "failed":
+    if state is None or state.state not in ENDED_BADLY:
         return steps_trace
     step = state.failed_step
-    warnings.insert(0, f"the run crashed ({state.describe()}); this is not the analysis of a normal run"
+    how = "hung" if state.state == "hung" else "crashed"
+    warnings.insert(0, f"the run {how} ({state.describe()}); this is not the analysis of a normal run"
                        + (f": profiled steps from step {step} on are cut off and left out" if step is not None else ""))
     if step is None:
         return steps_trace
     if not steps_trace.empty and "step" in steps_trace:
         steps_trace = steps_trace[steps_trace["step"] < step].reset_index(drop=True)
     if steps_trace.empty:
-        warnings.insert(1, f"no profiled step completed before the crash at step {step}: no straggler verdict and "
+        warnings.insert(1, f"no profiled step completed before the {'hang' if how == 'hung' else 'crash'} at step {step}: "
+                           "no straggler verdict and "
                            "no recommendation (they would come from a cut-off step)")
     return steps_trace
 
@@ -100,7 +105,7 @@ def cut_failed_steps(state, steps_trace: pd.DataFrame, warnings: list[str]) -> p
 def cut_failed_collectives(state, colls: pd.DataFrame) -> pd.DataFrame:
     """The collectives of the steps cut_failed_steps keeps (a separate step: the reduce reads the
     collectives only after the charts of per-rank numbers have started)."""
-    step = state.failed_step if state is not None and state.state == "failed" else None
+    step = state.failed_step if state is not None and state.state in ENDED_BADLY else None
     if step is None or colls.empty or "step" not in colls:
         return colls
     return colls[(colls["step"] >= 0) & (colls["step"] < step)].reset_index(drop=True)

@@ -133,10 +133,13 @@ def job_steps(classified: pd.DataFrame, world: int | None = None) -> pd.DataFram
     job's samples/s and the step's phase (the first phase in PHASES that any rank had)."""
     ranks = world if world is not None else classified["rank"].nunique()
     g = classified.groupby("step")
+    # a step's global batch is known when every rank's record says its batch (a sum that skipped a
+    # rank would be a guess, too small by that rank's samples)
+    batch = g["batch_size"].sum().where(g["batch_size"].count() == g["batch_size"].size()) if "batch_size" in classified else np.nan
     out = pd.DataFrame(
         {
             "n_ranks": g["rank"].nunique(),
-            "global_batch": g["batch_size"].sum() if "batch_size" in classified else np.nan,
+            "global_batch": batch,
             "step_s": g["step_time_s"].max(),
             "phase": g["phase"].agg(lambda p: min(p, key=PHASES.index)),
         }
@@ -154,15 +157,18 @@ def _stats(d: pd.DataFrame, batch_col: str) -> dict[str, Any]:
     smed, slo, shi, _ = median_ci(steady[col].astype(float) * 1e3)
     prof = d[d["phase"] == "profiled"]["samples_per_s"].dropna()
     tot_t = steady[col].sum()
+    # samples over time only where every steady step says its batch (else unknown, not a guess)
+    batches = steady[batch_col] if batch_col in steady else pd.Series(dtype=float)
+    known = len(batches) > 0 and bool(batches.notna().all())
     return {
         "median_samples_per_s": med,
         "ci95_samples_per_s": [lo, hi] if med is not None else None,
         "ci_coverage": cov,
-        "rate_samples_per_s": float(steady[batch_col].sum() / tot_t) if tot_t > 0 and batch_col in steady else None,
+        "rate_samples_per_s": float(batches.sum() / tot_t) if tot_t > 0 and known else None,
         "median_step_ms": smed,
         "ci95_step_ms": [slo, shi] if smed is not None else None,
         "profiled_median_samples_per_s": float(prof.median()) if len(prof) else None,
-        "batch": float(steady[batch_col].median()) if len(steady) and batch_col in steady else None,
+        "batch": float(batches.median()) if known else None,
         "steps": {"total": int(len(d)), **counts},
     }
 
@@ -187,7 +193,7 @@ def throughput(steps: pd.DataFrame, profiler_warmup: int = 0, attempt_starts: It
     job["ranks"] = world
     job["missing_ranks"] = missing
     job["end_to_end_samples_per_s"] = None
-    if "t_start" in d and "t_end" in d and len(d) and not missing:
+    if "t_start" in d and "t_end" in d and len(d) and not missing and d["batch_size"].notna().all():
         wall = float(d["t_end"].max() - d["t_start"].min())
         job["end_to_end_samples_per_s"] = float(d["batch_size"].sum() / wall) if wall > 0 else None
     source = d.attrs.get("step_time_source", "host_clock")
