@@ -210,11 +210,13 @@ def test_a_healthy_run_of_200_quick_steps_never_trips_the_default_watchdog(tmp_p
 
 
 # ------------------------------------------------------------------ the watchdog on its own
-class _Loop:
-    """What the watchdog reads of a step loop: the open step and when it began."""
+def _Loop(step, began):
+    """A step loop as the watchdog reads it (StepLoop.liveness): the open step and when it began."""
+    from hpcprof.rank.steploop import StepLoop
 
-    def __init__(self, step, began):
-        self._step, self._t_wall, self._next_step = step, began, step
+    loop = StepLoop()
+    loop._step, loop._t_wall, loop._t_alive, loop._next_step = step, began, None, step
+    return loop
 
 
 def _watch(tmp_path, loop, floor_s):

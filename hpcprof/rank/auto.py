@@ -130,9 +130,7 @@ class AutoSession:
         return None
 
     def _on_model_forward(self, module, args, kwargs):
-        # a sign of life for the hang watchdog (hpcprof.rank.hang): an evaluation between two
-        # optimizer steps runs forward passes, a hung rank does not
-        self.run._t_alive = time.time()
+        self.run.show_alive()
         if torch.is_grad_enabled():
             if self.run.step_number is not None:
                 self.run.profiler_step()

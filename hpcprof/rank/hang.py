@@ -49,8 +49,7 @@ time without progress counts from then on, so a job suspended and resumed is not
 
 
 class HangWatch:
-    """A daemon thread watching one rank's step loop `loop` (hpcprof.rank.session.Run: its ``_step``,
-    ``_t_wall``, ``_next_step`` and, in zero-change mode, ``_t_alive``)."""
+    """A daemon thread watching one rank's step loop `loop` (hpcprof.rank.steploop.StepLoop.liveness)."""
 
     def __init__(self, loop: Any, run: RunDir, rank: int, node: str, world_size: int, floor_s: float,
                  on_stop: Callable[[], None] | None = None, interval_s: float = 1.0, grace_s: float = 10.0):
@@ -74,14 +73,7 @@ class HangWatch:
     # ------------------------------------------------------------------ reading the loop
     def progress(self) -> tuple[int | None, float | None, float | None]:
         """(step being run or None, when it began, when it began or last showed life), read consistently."""
-        loop = self.loop
-        t1 = getattr(loop, "_t_wall", None)
-        step = getattr(loop, "_step", None)
-        t2 = getattr(loop, "_t_wall", None)
-        if t1 != t2 or step is None or t2 is None:
-            return None, None, None  # between steps, or a step starting right now
-        alive = getattr(loop, "_t_alive", None)
-        return step, t2, max(t2, alive) if isinstance(alive, float) else t2
+        return self.loop.liveness()[:3]
 
     def limit_s(self) -> float:
         """max(floor, 20 x the median sampled step time)."""
@@ -130,7 +122,7 @@ class HangWatch:
         frames = thread_stacks(stack.read_text(errors="replace")).get(threading.main_thread().ident or -1, [])
         coll = waiting_in(frames)
         where, caller = where_and_caller(frames)
-        nxt = getattr(self.loop, "_next_step", None)
+        nxt = self.loop.liveness()[3]
         done = step - 1 if step is not None else (nxt - 1 if isinstance(nxt, int) else None)
         note = HangNote(rank=self.rank, node=self.node, pid=os.getpid(), step=step,
                         last_completed_step=done if done is not None and done >= 0 else None,

@@ -105,6 +105,7 @@ class Run(StepLoop):
         """What a step is, recorded in the manifest: "api", "optimizer" (zero-change mode), "builtin"."""
         self._step: int | None = None
         self._next_step = 0
+        self._t_wall = self._t_alive = None  # the open step's start (wall clock), its last sign of life
         self._state = "new"  # new -> entered -> connected -> closed
         self._requeued = False
         self._profiler_pending = False  # the profiler's step, deferred to the next forward (zero-change mode)

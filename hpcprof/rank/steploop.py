@@ -61,6 +61,26 @@ class StepLoop:
         self._connect()
         return self.timer.region(name)
 
+    # ------------------------------------------------------------------ liveness (the hang watchdog)
+    def liveness(self) -> tuple[int | None, float | None, float | None, int | None]:
+        """What the hang watchdog (hpcprof.rank.hang, another thread) reads: (the open step or None,
+        its wall-clock start, the last sign of life (that start or a later one), the next step's
+        number). The start is read on both sides of the step so that a step opening meanwhile is
+        never paired with the previous one's start: (None, None, None, next) then."""
+        t1 = self._t_wall
+        step = self._step
+        t2 = self._t_wall
+        nxt = self._next_step
+        if t1 != t2 or step is None or t2 is None:
+            return None, None, None, nxt
+        alive = self._t_alive
+        return step, t2, max(t2, alive) if isinstance(alive, float) else t2, nxt
+
+    def show_alive(self) -> None:
+        """A sign of life inside a step (zero-change mode: a forward pass), for the hang watchdog: an
+        evaluation between two optimizer steps runs forward passes, a hung rank does not."""
+        self._t_alive = time.time()
+
     # ------------------------------------------------------------------ the step loop
     def begin_step(self, started: tuple[float, float] | None = None, what: str = "run.begin_step()",
                    defer_drill: bool = False) -> int:
