@@ -20,6 +20,7 @@ from ..ranks.result import RankResult, read_rank_tables
 from . import whatif
 from .communication import comm_share_pct, communication, ours_kernel_types
 from .critical_path import CriticalPath, critical_paths
+from .gpu_summary import gpu_summary
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
@@ -74,6 +75,8 @@ class Reduced(RankNumbers):
     kernels we count that HTA does not, transfer and waiting in the collectives."""
     critical_path: CriticalPath | None = None
     """The cross-rank critical path of each profiled step (reduce.critical_path)."""
+    gpu_summary: dict | None = None
+    """summary.json `gpu_summary` (reduce.gpu_summary): the profiler plugin's GPU figures per rank and across ranks."""
 
 
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
@@ -175,7 +178,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
         kernel_breakdown=kb, kernels_top=ktop, kernels_all=kall, kernels_across_ranks=kx, idle=idle,
         collectives=wi.collectives, waits_per_step=per_step, stragglers=strag, clock_offsets_us=offsets, recommendations=recs,
         whatif=wi,
-        throughput=tp, throughput_steps=tp_steps, communication=comm, critical_path=crit,
+        throughput=tp, throughput_steps=tp_steps, communication=comm, critical_path=crit, gpu_summary=gpu_summary(metas),
     )
 
 
