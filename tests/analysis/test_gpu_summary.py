@@ -184,3 +184,32 @@ def test_cpu_run_has_null_gpu_figures_with_the_reason(tmp_path, parse_cache):
         assert across["ranks"] == 0 and across["null_reason"]
     html = Path(s["outputs"]["report"]).read_text()
     assert "GPU Utilization: no GPU kernels in the trace" in html
+
+
+def test_tensor_core_share_equals_the_plugins_on_tensor_core_kernels(tmp_path):
+    """The V100 ResNet-50 trace (FP32: no Tensor Core kernel, a share of 0) with every other kernel
+    renamed with one of the plugin's Tensor Core patterns (`xmma_gemm`): the plugin's share then lies
+    strictly between 0 and 100, and ours equals it, as do the other figures."""
+    from hpcprof.analysis.decode.stream import read_event_table
+    from hpcprof.analysis.ranks.gpu_summary import rank_gpu_summary
+
+    src = next(require(KINETO0).glob("*.json.gz"))
+    doc = load_trace(src)
+    kernels = 0
+    for ev in doc["traceEvents"]:
+        if ev.get("cat") == "Kernel":
+            kernels += 1
+            if kernels % 2:
+                ev["name"] = "xmma_gemm_" + ev["name"]
+    path = write_trace(tmp_path / src.name, doc)
+    want = plugin_figures(path)
+    assert want["tensor_cores_pct"] is not None and 1 < want["tensor_cores_pct"] < 99
+    meta, table, _, _ = read_event_table(path)
+    rec = rank_gpu_summary(table, meta.get("deviceProperties"))
+    for field, v in want.items():
+        if field == "step_time_ms":
+            assert abs(rec["step_time_us"] / 1e3 - v) <= 1e-6
+        elif v is None:
+            assert rec[field] is None and rec["null_reasons"][field], field
+        else:
+            assert abs(rec[field] - v) <= TOL_PP, (field, rec[field], v)

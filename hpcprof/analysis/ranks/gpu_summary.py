@@ -264,12 +264,17 @@ def _sm_efficiency(ts: np.ndarray, end: np.ndarray, blocks: np.ndarray, span: tu
 
 
 def _tc_kernels(ev: _Events, kern: np.ndarray) -> np.ndarray:
-    """The kernels of `kern` the plugin's Tensor Core ratio counts: launched by a runtime call that
-    it ties to an operator (same external id) or to the root of its tree (external id 0)."""
-    op_ext = set(ev.ext[np.isin(ev.kind, (OP, PY, STEP, ANN_COMM))].tolist()) | {0.0}
+    """The kernels of `kern` the plugin's Tensor Core ratio counts: launched by a runtime call it
+    ties to an operator (same external id) that its operator statistics list (a `cpu_op` that is no
+    DataLoader step, no `Optimizer.*` and no (Distributed)DataParallel.forward); the launches it puts
+    under the root of its tree (no such operator) do not count."""
+    name = pd.Series(ev.name, dtype=object)
+    listed = (ev.kind == OP) & ~ev.loader & ~name.str.startswith("Optimizer.").to_numpy(dtype=bool) \
+        & ~name.isin(("DataParallel.forward", "DistributedDataParallel.forward")).to_numpy(dtype=bool)
+    op_ext = ev.ext[listed]
     rt = np.flatnonzero(ev.kind == RT)
-    tied = {c for c, x in zip(ev.corr[rt].tolist(), ev.ext[rt].tolist()) if x in op_ext and not math.isnan(c)}
-    return kern[np.isin(ev.corr[kern], list(tied))] if tied else kern[:0]
+    tied = ev.corr[rt][np.isin(ev.ext[rt], op_ext[~np.isnan(op_ext)])]
+    return kern[np.isin(ev.corr[kern], tied[~np.isnan(tied)])]
 
 
 def gpu_summary(table: pd.DataFrame, device_properties: list | None = None) -> dict[str, Any]:
@@ -335,8 +340,8 @@ def gpu_summary(table: pd.DataFrame, device_properties: list | None = None) -> d
         used = pd.Series(ev.name[tc], dtype=object).str.contains("|".join(map(re.escape, TC_PATTERNS))).to_numpy(dtype=bool)
         figures["tensor_cores_pct"] = 100.0 * float(dur[used].sum()) / float(dur.sum()) if dur.sum() > 0 else 0.0
     else:
-        reasons["tensor_cores_pct"] = ("no kernel is tied to an operator through a `Runtime`-category launch (the plugin "
-                                       "does not read `cuda_runtime` events), so the plugin gives no Tensor Core share")
+        reasons["tensor_cores_pct"] = ("no kernel is tied to an operator through a `Runtime`-category launch with its "
+                                       "external id (the plugin does not read `cuda_runtime` events), so the plugin gives no Tensor Core share")
     return out
 
 
