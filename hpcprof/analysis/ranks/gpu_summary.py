@@ -135,7 +135,8 @@ class _Events:
         self.ts = ts[order]
         self.end = self.ts + np.nan_to_num(pd.to_numeric(t["dur"], errors="coerce").to_numpy(dtype=np.float64))[order]
         name = t["name"].astype("string").fillna("")
-        self.name = name.to_numpy(dtype=object)[order]
+        self.names = name.iloc[order].reset_index(drop=True)  # pandas' vectorised text methods
+        self.name = self.names.to_numpy(dtype=object)
         self.comm_name = name.isin(COMM_NAMES).to_numpy(dtype=bool)[order]
         self.loader = ((name.str.startswith("enumerate(DataLoader)#") & name.str.endswith(".__next__"))
                        | name.str.startswith("enumerate(DataPipe)#")).to_numpy(dtype=bool)[order]
@@ -268,7 +269,7 @@ def _tc_kernels(ev: _Events, kern: np.ndarray) -> np.ndarray:
     ties to an operator (same external id) that its operator statistics list (a `cpu_op` that is no
     DataLoader step, no `Optimizer.*` and no (Distributed)DataParallel.forward); the launches it puts
     under the root of its tree (no such operator) do not count."""
-    name = pd.Series(ev.name, dtype=object)
+    name = ev.names
     listed = (ev.kind == OP) & ~ev.loader & ~name.str.startswith("Optimizer.").to_numpy(dtype=bool) \
         & ~name.isin(("DataParallel.forward", "DistributedDataParallel.forward")).to_numpy(dtype=bool)
     op_ext = ev.ext[listed]
@@ -337,7 +338,9 @@ def gpu_summary(table: pd.DataFrame, device_properties: list | None = None) -> d
     if len(tc):
         tc = tc[ev.device[tc] == gpu]
         dur = ev.end[tc] - ev.ts[tc]
-        used = pd.Series(ev.name[tc], dtype=object).str.contains("|".join(map(re.escape, TC_PATTERNS))).to_numpy(dtype=bool)
+        codes, texts = pd.factorize(ev.names.iloc[tc])  # each distinct kernel name searched once
+        hit = pd.Series(texts, dtype=object).str.contains("|".join(map(re.escape, TC_PATTERNS)), regex=True).to_numpy(dtype=bool)
+        used = hit[codes]
         figures["tensor_cores_pct"] = 100.0 * float(dur[used].sum()) / float(dur.sum()) if dur.sum() > 0 else 0.0
     else:
         reasons["tensor_cores_pct"] = ("no kernel is tied to an operator through a `Runtime`-category launch with its "
