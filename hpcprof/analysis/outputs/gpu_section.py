@@ -37,8 +37,8 @@ def gpu_summary_section(s: dict) -> str:
             continue
         pct = f.endswith("_pct")
         fmt = (lambda v: f"{num(v, 'x_pct')}%") if pct else (lambda v: num(v))
-        rows.append({"figure": label, "min": f"{fmt(a['min'])} (rank {a['min_rank']})", "median": fmt(a["median"]),
-                     "max": f"{fmt(a['max'])} (rank {a['max_rank']})", "ranks": a["ranks"]})
+        rows.append({"figure": label, "lowest": f"{fmt(a['min'])} (rank {a['min_rank']})", "median": fmt(a["median"]),
+                     "highest": f"{fmt(a['max'])} (rank {a['max_rank']})", "ranks": a["ranks"]})
     if rows:
         body += "<h3>Across ranks</h3>" + table(pd.DataFrame(rows))
     if missing:
@@ -46,6 +46,6 @@ def gpu_summary_section(s: dict) -> str:
     per = g.get("per_rank") or []
     if rows and per:
         cols = ["rank", "gpu_name", "profiled_steps", *LABELS]
-        df = pd.DataFrame([{c: r.get(c) for c in cols} for r in per])
+        df = pd.DataFrame([{c: r.get(c) for c in cols} for r in per]).rename(columns={"step_time_ms": "plugin_step_ms"})
         body += "<h3>Per rank</h3>" + table(df, max_rows=64, note="tables/gpu_summary.csv")
     return body

@@ -78,4 +78,5 @@ def gpu_summary_table(summary: dict[str, Any]) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows, columns=[*cols, "null_reasons"])
     df["rank"] = df["rank"].astype(str)
+    df["profiled_steps"] = df["profiled_steps"].astype("Int64")  # whole numbers, empty on the min/median/max rows
     return df
