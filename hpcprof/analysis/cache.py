@@ -36,9 +36,9 @@ from .outputs.layout import AnalysisDir
 from .outputs.summary import read_summary
 from .progress import bytes_bar
 
-ANALYSIS_VERSION = 16  # 16: hpcprof's own control collectives (the gloo events of the threads its `hpcprof:control` ranges name) left out of the collectives, counted in meta.json (job_collectives, control_collectives); 15: complete events whose ts or dur cannot be true are left out, with a warning (decode/plausible.py); 14: DeepEP kernels named dpsk::ep::* (DeepSeek's own build) are communication; 13: communication kernels by what the trace says (ranks/comm_kernels.py: the host collective that launched them, known libraries), our kernel breakdown beside HTA's, collective metadata (comms id, message size); 12: the merged timeline's piece of each rank (timeline.parquet, meta.json `timeline`); 11: a CPU collective counts as waited for when the main thread resumed within 10 ms of its end (was 2 ms); 10: CPU collectives carry `waited` (the main thread blocked in them); 9: device-stream activity without CUDA categories is device work (MTIA)
+ANALYSIS_VERSION = 17  # bump when a rank's analysis changes (meta.json, the per-rank tables); history: git log
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
-REDUCE_VERSION = 16  # 16: summary.json workload, job_collectives, control_collectives, trained_alone; run_state process_group and the no_steps state; 15: the communication share counts communication overlapped by computation, communication.overlapped_pct; 14: summary.json values in a dict keyed by category inside a field with a unit (critical_path by_category_ms, cause_excess_ms_per_step) rounded by that unit, the report's raw summary without scientific notation; 13: summary.json communication (ours beside HTA's, transfer and waiting in collectives), critical_path, collective_matching.keyed_by; advice from the replay's transfer/waiting split; 12: summary.json carries every rank's window excess (cause_excess_ms_per_step_by_rank); 11: a host that shares its clock with no other rank gets the quickest collectives as the systematic clock term; 10: the jitter term is the other ranks' typical cost; 9: CPU what-if chains on the collectives the main thread waited for; 8: what-if replay, throughput, run state, timeline, operator/launch views, rounding
+REDUCE_VERSION = 17
 META = "meta.json"
 
 

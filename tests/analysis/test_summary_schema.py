@@ -45,6 +45,9 @@ WHERE = {
     "ThroughputRank": lambda s: s["throughput"]["per_rank"] if s["throughput"] else [],
     "StepPhases": lambda s: ([s["throughput"]["job"]["steps"]] + [r["steps"] for r in s["throughput"]["per_rank"]])
     if s["throughput"] else [],
+    "GpuSummary": lambda s: [s["gpu_summary"]],
+    "GpuSummaryRank": lambda s: s["gpu_summary"]["per_rank"],
+    "GpuSummaryFigure": lambda s: list(s["gpu_summary"]["across_ranks"].values()),
     "Outputs": lambda s: [s["outputs"]],
     "ClockAlignment": lambda s: [s["clock_alignment"]],
     "ClockHost": lambda s: s["clock_alignment"]["hosts"],

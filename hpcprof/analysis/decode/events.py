@@ -50,6 +50,11 @@ OWN_ARGS = (
     ("comms_id", "Comms Id"),
     ("in_nelems", "In msg nelems"),
     ("msg_dtype", "dtype"),
+    # kernel launch figures the GPU summary reads (ranks/gpu_summary.py)
+    ("blocks_per_sm", "blocks per SM"),
+    ("occupancy_pct", "est. achieved occupancy %"),
+    ("device", "device"),
+    ("external_id_lc", "external id"),  # older Kineto's spelling of "External id"
 )
 TOP_LEVEL = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "s")
 # top-level trace keys kept as metadata (everything Kineto writes besides traceEvents)

@@ -20,6 +20,7 @@ import pandas as pd
 from ..reduce.whatif import NO_STRAGGLER_TEXT
 from .htmlparts import esc, group_warnings, json_text, num, table
 from .layout import REPORT_FILE
+from .gpu_section import gpu_summary_section
 from .report_sections import communication_section, critical_path_section, critical_path_verdict
 from .run_config import run_config
 
@@ -42,6 +43,7 @@ SECTIONS = (
     ("recommendations", "Recommendations"),
     ("critical-path", "Critical path across ranks"),
     ("communication", "Communication: transfer and waiting"),
+    ("gpu-summary", "GPU summary (the profiler plugin's figures)"),
     ("timeline", "Merged timeline and clock alignment"),
     ("per-rank", "Per rank"),
     ("gpu", "GPU time and kernels"),
@@ -283,6 +285,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
         section("recommendations", "<ol>" + "".join(f"<li><b>{esc(r['title'])}</b><br>evidence: {esc(r.get('evidence'))}</li>" for r in recs) + "</ol>")
     section("critical-path", critical_path_section(s, tables, _chart("critical_path", "Critical path across ranks", plots, omitted)))
     section("communication", communication_section(s, tables))
+    section("gpu-summary", gpu_summary_section(s))
     # timeline and clocks
     tl, ca = s.get("timeline") or {}, s.get("clock_alignment") or {}
     body = ""

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..reduce.crossrank import Reduced
+from ..reduce.gpu_summary import gpu_summary_table
 from .rounding import csv_frame
 
 
@@ -27,6 +28,7 @@ def output_tables(red: Reduced) -> dict[str, pd.DataFrame]:
         "waits_per_step": red.waits_per_step,
         "whatif_steps": red.whatif.steps if red.whatif is not None else pd.DataFrame(),
         "critical_path": red.critical_path.links if red.critical_path is not None else pd.DataFrame(),
+        "gpu_summary": gpu_summary_table(red.gpu_summary) if red.gpu_summary is not None else pd.DataFrame(),
     }
     if not red.steps.records.empty:
         tables["steps_all"] = red.steps.records

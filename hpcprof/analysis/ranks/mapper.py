@@ -25,6 +25,7 @@ from ..decode.plausible import drop_impossible, dropped_warning
 from ..decode.stream import read_event_table
 from .categories import CategoryClock
 from .comm_kernels import Names
+from .gpu_summary import rank_gpu_summary
 from .operators import operator_table
 from .result import RankResult, write_table
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
@@ -144,6 +145,11 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     if dropped:
         warnings.append(dropped_warning(f"{name} (rank {tm.rank})", dropped))
 
+    try:  # the profiler plugin's GPU summary (ranks/gpu_summary.py); never costs the rank
+        gsum = rank_gpu_summary(table, tm.device_properties)
+    except Exception as exc:
+        gsum = None
+        warnings.append(f"{name} (rank {tm.rank}): no GPU summary ({type(exc).__name__}: {exc})")
     clock, busy = tl.category_clock(), tl.busy()  # each made once, for both tables
     write_table(_steps_table(tl, clock, busy), out / "steps.parquet")
     write_table(_collectives_table(tl, clock), out / "collectives.parquet")
@@ -221,6 +227,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         "control_collectives": tl.control_collectives,
         "control_left_out": tl.control_left_out,
         "warnings": warnings,
+        "gpu_summary": gsum,
         **gpu,
     }
     (out / cache.META).write_text(json.dumps(meta, indent=1))

@@ -20,6 +20,7 @@ from ..ranks.result import RankResult, read_rank_tables
 from . import whatif
 from .communication import comm_share_pct, communication, ours_kernel_types
 from .critical_path import CriticalPath, critical_paths
+from .gpu_summary import gpu_summary
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
@@ -83,6 +84,8 @@ class Reduced(RankNumbers):
     """hpcprof's own control collectives in the analysed traces (never analysed as the job's)."""
     trained_alone: str | None = None
     """Why the ranks trained alone (reduce.workload.trained_alone), or None."""
+    gpu_summary: dict | None = None
+    """summary.json `gpu_summary` (reduce.gpu_summary): the profiler plugin's GPU figures per rank and across ranks."""
 
 
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
@@ -190,7 +193,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
         whatif=wi,
         throughput=tp, throughput_steps=tp_steps, communication=comm, critical_path=crit,
         workload=workload(manifest, steps.job_records), job_collectives=job_colls, control_collectives=control_colls,
-        trained_alone=alone,
+        trained_alone=alone, gpu_summary=gpu_summary(metas),
     )
 
 
