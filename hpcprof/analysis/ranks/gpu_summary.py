@@ -302,10 +302,10 @@ def gpu_summary(table: pd.DataFrame, device_properties: list | None = None) -> d
     out["breakdown_us"] = {r: (avg[r] if r in shown else None) for r in (*ROLES, "other")} | {"step": avg["total"]}
     out["breakdown_pct"] = {r: (100.0 * avg[r] / avg["total"] if r in shown and avg["total"] > 0 else None) for r in (*ROLES, "other")}
     if not show_gpu:
-        reasons["breakdown_gpu"] = "no kernels, copies, memsets or runtime calls in the trace (CPU-only run): no GPU roles"
+        reasons["breakdown_gpu"] = "no kernels, copies, memsets or runtime calls in the trace (ranks on CPU): no GPU roles"
     kern = np.flatnonzero((ev.kind == K) & ~np.isnan(ev.device))
     if not len(kern):
-        why = "no GPU kernels in the trace (CPU-only run, or CUDA activities off)"
+        why = "no GPU kernels in the trace (ranks on CPU, or the profiler's CUDA activity off)"
         reasons.update({f: why for f in figures})
         return out
     gpu = int(np.nanmin(ev.device[kern]))  # the plugin lists the first device first
