@@ -40,10 +40,15 @@ def test_failed_job_is_accounted_as_failed(slurm_cluster, tmp_path):
     assert slurm_cluster.wait_job(job, timeout=60) == "FAILED"
 
 
-def _gloo_all_reduce():
+def _gloo_all_reduce(port: int):
+    import os
+
     import torch
     import torch.distributed as dist
 
+    # submitit's helper draws the port from the job id (job 29: 55094, once found in use by another
+    # connection of this machine in a full-suite run); the test gives one it found free
+    os.environ["MASTER_PORT"] = str(port)
     env = submitit.helpers.TorchDistributedEnvironment().export()
     dist.init_process_group("gloo")
     t = torch.tensor([float(env.rank + 1)])
@@ -57,7 +62,10 @@ def test_submitit_two_nodes_two_tasks_gloo_all_reduce(slurm_cluster, slurm_env, 
     ex = submitit.AutoExecutor(folder=tmp_path / "logs", cluster="slurm")
     ex.update_parameters(nodes=2, tasks_per_node=2, cpus_per_task=1, timeout_min=3,
                          slurm_partition=slurm_cluster.partition)
-    job = ex.submit(_gloo_all_reduce)
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    job = ex.submit(_gloo_all_reduce, port)
     results = sorted(job.results(), key=lambda r: r["rank"])
     assert [r["rank"] for r in results] == [0, 1, 2, 3]
     assert [r["host"] for r in results] == ["n1", "n1", "n2", "n2"]
