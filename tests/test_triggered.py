@@ -12,11 +12,12 @@
 - a healthy 300-step job captures the baseline only (10 such runs: benchmarks/README.md).
 
 The drill's size and the threshold follow this machine's step time, measured in the healthy run
-first: the drill sleeps 80% of that step, the threshold is 20% of the step (the default is 10%).
+first: the drill sleeps as long as that step, the threshold is 30% of the step (the default is 10%).
 Why: on this 2-core VM a core slows down by 10-15% for seconds, so noise alone made one rank 12-15%
 of a step late for 8 steps running (2026-11-28: rank scores of 35-46 ms against 300 ms steps, in
 the healthy, the drilled and a CI run); a fixed 60 ms drill was 40% of the 150 ms step these runs
-had when the test was written, and 20% of today's 300 ms step, inside that noise.
+had when the test was written, and 20% of today's 300 ms step, inside that noise; in a full-suite
+run noise alone made rank 0 23% of a step late for 8 steps (79 ms against 347 ms steps).
 
 The decision rule itself, on timings with a known answer (the budget when a rank stays slow, the
 gap, the job-wide trigger, a rank that was always late), is tests/test_trigger_policy.py.
@@ -42,7 +43,7 @@ from hpcprof.rundir import RunDir
 # rule is checked on timings with a known answer in tests/test_trigger_policy.py.
 TRIGGERED = [*FAST_FLAGS, "--tasks-per-node", "2", "--profiler-mode", "triggered", "--profiler-warmup", "1",
              "--profiler-active", "10", "--profiler-wait", "3", "--profiler-trigger-job-pct", "1000",
-             "--profiler-trigger-threshold-pct", "20"]
+             "--profiler-trigger-threshold-pct", "30"]
 
 
 def _submit(runs: Path, name: str, *extra: str) -> RunDir:
@@ -61,7 +62,7 @@ def triggered_runs(tmp_path_factory) -> dict:
     runs = tmp_path_factory.mktemp("triggered")
     healthy = _submit(runs, "healthy", "--train-steps", "300")
     step_ms = statistics.median(r["step_s"] * 1e3 for rank in (0, 1) for r in healthy.read_steps(rank) if r["step"] >= 20)
-    drill_ms = max(60, round(0.8 * step_ms))
+    drill_ms = max(60, round(step_ms))
     print(f"healthy step {step_ms:.0f} ms: the drills sleep {drill_ms} ms")
     return {
         "healthy": healthy,
@@ -105,7 +106,7 @@ def test_the_captures_analysis_names_rank1_with_host_gap_and_its_in_run_cost(tri
     entry = top["captures"][1]
     assert entry["index"] == 1
     # the capture's step time against the baseline's: given with its within-run interval; its sign is no
-    # known answer here (the drill adds 40% of a step on average, the VM's speed drifts by 10-30% between
+    # known answer here (the drill adds half a step on average, the VM's speed drifts by 10-30% between
     # the two windows), the per-rank analysis below is
     vs = entry["vs_baseline"]
     assert vs["metric"] == "step_ms" and vs["ci_pct"][0] <= vs["change_pct"] <= vs["ci_pct"][1], vs
