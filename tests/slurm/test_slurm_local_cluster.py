@@ -49,7 +49,7 @@ def _gloo_all_reduce(port: int):
     # submitit's helper draws the port from the job id (job 29: 55094, once found in use by another
     # connection of this machine in a full-suite run); the test gives one it found free
     os.environ["MASTER_PORT"] = str(port)
-    env = submitit.helpers.TorchDistributedEnvironment().export()
+    env = submitit.helpers.TorchDistributedEnvironment().export(overwrite=True)  # MASTER_PORT: ours
     dist.init_process_group("gloo")
     t = torch.tensor([float(env.rank + 1)])
     dist.all_reduce(t)
