@@ -13,7 +13,6 @@ import gzip
 import json
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -169,15 +168,19 @@ def test_submit_says_that_cpu_ranks_are_pinned_and_no_pin_cores_turns_it_off(sub
 
 
 def test_step_time_agrees_with_the_scripts_own_timer(wrapped):
-    """gpt_train.py prints its own ms per iteration (time between the ends of two optimizer steps):
-    the median over the same steady iterations agrees with hpcprof's records of rank 0 within 2%."""
+    """gpt_train.py prints its own ms per iteration (time between the ends of two optimizer steps).
+    Over the same run of consecutive steady iterations, the total of hpcprof's step records of
+    rank 0 agrees with the total of the script's timer within 2%. Totals, not medians: both timers
+    tile the same stretch of time, so their totals differ only by where each places the two end
+    boundaries (well under a millisecond), whereas medians of two noisy series drift apart when
+    the cores change speed."""
     run_dir, proc = wrapped["gpt"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     own = {int(i): float(ms) for i, ms in re.findall(r"iter (\d+): loss [0-9.]+, time ([0-9.]+)ms", proc.stdout)}
     recs = {r["step"]: 1e3 * r["step_s"] for r in RunDir(run_dir).read_steps(0)}
     steady = [i for i in sorted(own) if i >= 3 and i in recs]
-    assert len(steady) >= 10
-    ours, theirs = statistics.median(recs[i] for i in steady), statistics.median(own[i] for i in steady)
+    assert len(steady) >= 10 and steady == list(range(steady[0], steady[-1] + 1)), steady
+    ours, theirs = sum(recs[i] for i in steady), sum(own[i] for i in steady)
     assert abs(ours - theirs) <= 0.02 * theirs, (ours, theirs)
 
 
