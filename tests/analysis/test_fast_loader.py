@@ -129,3 +129,19 @@ def test_classified_analyses_equal_hta_analyzers(path):
     cols = list(ref["kernels_top"].columns)
     pd.testing.assert_frame_equal(ours["kernels_top"][cols], ref["kernels_top"], check_dtype=False)
     pd.testing.assert_frame_equal(ours["idle"], ref["idle"])
+
+
+def test_a_changed_hta_default_parser_configuration_sends_the_trace_to_htas_own_loader():
+    """A user who asks HTA to parse every argument (ParserConfig.set_default_cfg) gets HTA's loader,
+    not a frame built for HTA's default configuration."""
+    from hta.configs.parser_config import ParserConfig
+
+    before = ParserConfig.get_default_cfg()
+    changed = ParserConfig.get_default_cfg()
+    changed.parse_all_args = True
+    ParserConfig.set_default_cfg(changed)
+    try:
+        assert hta_frame.fast_path_problem() == "HTA's default parser configuration was changed"
+    finally:
+        ParserConfig.set_default_cfg(before)
+    assert hta_frame.fast_path_problem() is None

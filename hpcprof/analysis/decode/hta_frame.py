@@ -43,14 +43,12 @@ _STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 def fast_path_problem(table: pd.DataFrame | None = None) -> str | None:
     """Why HTA's own loader must be used instead of this module (None: the fast path applies)."""
-    from hta.configs import parser_config
     from hta.configs.parser_config import ParserBackend, ParserConfig
 
     rel = require_hta()
     if not rel.version.startswith(MIRRORED_HTA):
         return f"{rel} is installed; the fast loader mirrors HTA {MIRRORED_HTA}x, so HTA's own parser reads the traces"
-    # HTA 0.5's default config itself, read, not cloned (get_default_cfg: 0.6 ms a rank)
-    cfg = getattr(parser_config, "_DEFAULT_PARSER_CONFIG", None) or ParserConfig.get_default_cfg()
+    cfg = ParserConfig.get_default_cfg()  # HTA's public copy of the default configuration
     ours = list(HTA_ARGS)
     theirs = [(a.name, a.raw_name, a.default_value) for a in cfg.get_args()]
     if ours != theirs or cfg.parse_all_args or cfg.parser_backend not in (None, ParserBackend.JSON):
