@@ -145,3 +145,20 @@ def test_a_changed_hta_default_parser_configuration_sends_the_trace_to_htas_own_
     finally:
         ParserConfig.set_default_cfg(before)
     assert hta_frame.fast_path_problem() is None
+
+
+def test_a_kernel_too_long_to_break_down_exactly_on_numpy_gets_htas_own_figures(tmp_path, helpers):
+    """A kernel of 1e17 us (a hostile or corrupted trace: sums past 2**53 are not exact in float64)
+    makes the numpy breakdown decline; the rank then gets HTA's own analyzers' figures."""
+    from hpcprof.analysis.ranks.hta_rank import hta_analyses, load_hta_trace, run_hta_rank
+
+    src = sorted(helpers.require(TRACES / "param_dlrm_8x_v100").glob("*.json.gz"))[0]
+    doc = helpers.load_trace(src)
+    next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")["dur"] = 1e17
+    path = helpers.write_trace(tmp_path / "long.json.gz", doc)
+    decoded = read_trace(path)
+    ours = run_hta_rank(str(path), 0, events.event_table(decoded), decoded.meta)
+    ref = hta_analyses(load_hta_trace(str(path), 0)[0], 0)
+    assert ours["loader"] == "fast" and ours["kernel_type"]["sum"].max() > 2**53
+    pd.testing.assert_frame_equal(ours["kernel_type"], ref["kernel_type"], check_dtype=False)
+    pd.testing.assert_frame_equal(ours["temporal"], ref["temporal"], check_dtype=False)
