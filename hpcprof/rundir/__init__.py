@@ -1,7 +1,7 @@
 """The run directory: the contract between the launch side, the ranks and the analysis.
 
 - layout.py: paths and name templates, atomic writes, :class:`RunDir`;
-- manifest.py: the typed manifest.json and its one writer;
+- manifest.py: the typed manifest.json and its one writer (manifest_codec.py: its records to JSON and back);
 - records.py: step records, failure notes and region names, each defined once.
 """
 
