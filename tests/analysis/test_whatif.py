@@ -409,7 +409,7 @@ def test_ranks_that_jitter_alike_flag_nobody():
 def test_main_thread_waited_for_a_collective_when_idle_at_its_end_and_resuming_right_after():
     import numpy as np
 
-    from hpcprof.analysis.ranks.timeline import WAITED_RESUME_US, _main_waited
+    from hpcprof.analysis.ranks.waits import WAITED_RESUME_US, main_waited
 
     # computing ops on the main thread (us): [0, 100 ms), [150, 400 ms), [1000, 1200 ms)
     starts, ends = np.array([0.0, 150e3, 1000e3]), np.array([100e3, 400e3, 1200e3])
@@ -420,8 +420,8 @@ def test_main_thread_waited_for_a_collective_when_idle_at_its_end_and_resuming_r
         1000e3 - 1.0,  # idle, resumes 1 us later
         1000e3 - 2150.0,  # idle, resumes 2.15 ms later: a loaded host's wake-up (measured in a SLURM drill)
     ])
-    assert _main_waited(starts, ends, t).tolist() == [True, False, False, True, True]
-    assert _main_waited(np.empty(0), np.empty(0), np.array([5.0])).tolist() == [False]
+    assert main_waited(starts, ends, t).tolist() == [True, False, False, True, True]
+    assert main_waited(np.empty(0), np.empty(0), np.array([5.0])).tolist() == [False]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -469,7 +469,7 @@ def test_main_thread_that_resumed_just_before_the_gloo_range_closed_waited_for_i
     thread paused for a few microseconds between operators just before it ended."""
     import numpy as np
 
-    from hpcprof.analysis.ranks.timeline import _main_waited
+    from hpcprof.analysis.ranks.waits import main_waited
 
     # main thread computing (ms): [0, 44), [108, 112): idle 44-108 (blocked in DDP's wait)
     # and, for a collective it computed through, many ops 200-300 ms with 5 us gaps between them
@@ -477,4 +477,4 @@ def test_main_thread_that_resumed_just_before_the_gloo_range_closed_waited_for_i
     op_e = np.concatenate([[44e3, 112e3], np.arange(200e3, 300e3, 1e3) + 995.0])
     since = np.array([44.1e3, 210e3, 44.1e3])
     t = np.array([110.5e3, 290.5e3, 125e3])  # ended 2.4 ms after the resume; computed through; resumed 17 ms before
-    assert _main_waited(op_s, op_e, t, since).tolist() == [True, False, False]
+    assert main_waited(op_s, op_e, t, since).tolist() == [True, False, False]
