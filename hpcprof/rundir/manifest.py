@@ -80,7 +80,8 @@ class Drills:
         """From the spec's [drills] section (hpcprof.spec.Drills)."""
         s, c = drills.straggler_plan, drills.crash_rank_step
         k, h = drills.clock_skew_node_ms, drills.hang_rank_step
-        return cls(StragglerDrill(s.rank, s.ms, s.every, s.first, s.last) if s else None, CrashDrill(c[0], c[1]) if c else None,
+        return cls(StragglerDrill(s.rank, s.ms, s.every, s.first, s.last) if s else None,
+                   CrashDrill(c[0], c[1]) if c else None,
                    ClockSkewDrill(k[0], k[1]) if k else None, HangDrill(h[0], h[1]) if h else None)
 
 
@@ -173,10 +174,11 @@ class Outcome:
 
     state: str
     """completed, failed, hung (the ranks' hang watchdog ended the job: first_failure names the rank
-    the others waited for, error holds the verdict, hpcprof.rundir.hangs), interrupted (the launcher got SIGINT/SIGTERM/SIGHUP and stopped the job,
-    or, killed itself, was outlived by its local ranks, which then stopped and wrote this),
-    cancelled (SLURM says CANCELLED: scancel) or never_started (the submission was refused).
-    A job SLURM ended for a time limit, memory or a lost node is failed, with SLURM's state as error."""
+    the others waited for, error holds the verdict, hpcprof.rundir.hangs), interrupted (the launcher
+    got SIGINT/SIGTERM/SIGHUP and stopped the job, or, killed itself, was outlived by its local ranks,
+    which then stopped and wrote this), cancelled (SLURM says CANCELLED: scancel) or never_started
+    (the submission was refused). A job SLURM ended for a time limit, memory or a lost node is
+    failed, with SLURM's state as error."""
     time: str
     """When the launcher wrote it (ISO 8601 with offset)."""
     signal: str | None = None
@@ -297,8 +299,8 @@ class Manifest:
         return from_json(cls, data, "manifest")
 
 
-MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, HangDrill, ClockSkewDrill, Replicate, Versions, RankEntry, Clock, Attempt,
-                  Outcome, FirstFailure, Capture)
+MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, HangDrill, ClockSkewDrill, Replicate, Versions,
+                  RankEntry, Clock, Attempt, Outcome, FirstFailure, Capture)
 """Every record type of manifest.json (docs/contract.md is checked against their fields)."""
 
 

@@ -18,7 +18,8 @@ TOML layout::
 Every field has a docstring (:mod:`.schema`, the built-in trainer's sections in :mod:`.builtin`, the
 drills in :mod:`.drills`; the SLURM fields of ``[resources]`` are in
 :mod:`hpcprof.slurm.resources`; the checks across fields are :mod:`.checks`); ``python -m
-hpcprof.submit --help`` shows them with their defaults, and each field can be overridden with ``--<section>-<field>`` (resources fields need no
+hpcprof.submit --help`` shows them with their defaults, and each field can be overridden with
+``--<section>-<field>`` (resources fields need no
 prefix: ``--nodes``, ``--partition``), or with ``--set section.field=value`` (:mod:`.cli`).
 Reading and writing TOML and coercing values is :mod:`.toml`; :mod:`.load` builds a spec from
 defaults, a job file and overrides; :class:`SpecError` is in :mod:`.errors`.

@@ -45,7 +45,8 @@ def validate_run_name(name: str, what: str = "run name") -> str:
             f"{what} {name!r} is not valid: use letters, digits, '.', '_' and '-' only (a folder name, not a path)"
         )
     if name.startswith("-"):
-        raise SpecError(f"{what} {name!r} is not valid: it must not start with '-' (commands would take it for an option)")
+        raise SpecError(f"{what} {name!r} is not valid: it must not start with '-' "
+                        "(commands would take it for an option)")
     return name
 
 
@@ -77,8 +78,9 @@ def spec_warnings(spec) -> list[str]:
     out = []
     t = spec.train
     if t.hang_timeout_s and t.hang_timeout_s >= t.pg_timeout_s:
-        out.append(f"train.hang_timeout_s {t.hang_timeout_s:g} is not below train.pg_timeout_s {t.pg_timeout_s}: a hung "
-                   "job fails at the process group's timeout, without the hang verdict; lower the first or raise the second")
+        out.append(f"train.hang_timeout_s {t.hang_timeout_s:g} is not below train.pg_timeout_s {t.pg_timeout_s}: "
+                   "a hung job fails at the process group's timeout, without the hang verdict; "
+                   "lower the first or raise the second")
     if not spec.workload.builtin:
         base = type(spec)()  # the defaults
         ignored = [f"{section}.{f.name}" for section in ("model", "data", "train")
@@ -99,8 +101,8 @@ def spec_warnings(spec) -> list[str]:
             f"(data.batch_size {d.batch_size} x {spec.world_size} rank(s)) = {spe} steps per epoch, and the profiler "
             f"traces steps {p.wait}-{p.wait + p.warmup + p.active - 1} of each cycle (profiler.wait {p.wait}, warmup "
             f"{p.warmup}, active {p.active}); a new epoch restarts the DataLoader, so that step waits for data and the "
-            f"trace blames the data loader. Set data.dataset_size >= {need} (one epoch for all train.steps) or move the "
-            "window with profiler.wait"
+            f"trace blames the data loader. Set data.dataset_size >= {need} (one epoch for all train.steps) "
+            "or move the window with profiler.wait"
         )
     return out
 
@@ -181,8 +183,8 @@ def validate_spec(spec, world_size: int | None = None) -> None:
                 f"warmup {p.warmup} + active {p.active}) x repeat {p.repeat} = {needed * p.repeat}"
             )
     ws = world_size or (spec.world_size if r.tasks_per_node else None)
-    for key, pair in (("drills.straggler", spec.drills.straggler_rank_ms), ("drills.crash", spec.drills.crash_rank_step),
-                      ("drills.hang", spec.drills.hang_rank_step)):
+    for key, pair in (("drills.straggler", spec.drills.straggler_rank_ms),
+                      ("drills.crash", spec.drills.crash_rank_step), ("drills.hang", spec.drills.hang_rank_step)):
         if pair is None:
             continue
         rank, value = pair

@@ -5,7 +5,8 @@ Fields with a fixed set of values are typed ``Literal[...]``: the valid values a
 annotation (:func:`.checks.choices`), so the type, the validation and the error message ("valid
 values: ...") share one definition. The checks that need several fields at once are :mod:`.checks`
 (:meth:`JobSpec.validate`, :meth:`JobSpec.warnings`). TOML and value coercion are :mod:`.toml`, applying them to a spec
-:mod:`.load`; the command-line flags are :mod:`.cli`. The ``[resources]`` section is :class:`hpcprof.slurm.resources.SlurmResources`
+:mod:`.load`; the command-line flags are :mod:`.cli`. The ``[resources]`` section is
+:class:`hpcprof.slurm.resources.SlurmResources`
 (shared with the analysis job array) plus the executor choice; the built-in trainer's own sections
 (``[model]``, ``[data]``) are :mod:`.builtin`, the ``[drills]`` section :mod:`.drills`.
 """

@@ -50,7 +50,8 @@ class RankTimeline:
     """"cuda" (CUDA/ROCm kernel categories), "accelerator" (device-stream activity without them, e.g. MTIA), "cpu"."""
     collectives: list[dict] = field(default_factory=list)
     memory_peak_bytes: float | None = None
-    device_launch: np.ndarray = field(default_factory=lambda: np.empty(0))  # host launch time of each device op (NaN: unknown)
+    # host launch time of each device op (NaN: unknown)
+    device_launch: np.ndarray = field(default_factory=lambda: np.empty(0))
     device_end: np.ndarray = field(default_factory=lambda: np.empty(0))  # its end
     comm_host: "Intervals | None" = None  # CPU ranks: gloo ops in flight (any thread)
     comm_reclassified: list = field(default_factory=list)
@@ -64,7 +65,8 @@ class RankTimeline:
         """The partition of this rank's time into CAUSE_CATEGORIES (see CategoryClock)."""
         idle_host = [("data_loading", self.host_data), ("cpu_work", self.host_all)]
         if self.has_gpu:
-            layers = [("gpu_compute", self.gpu_compute), ("memcpy", self.gpu_memory), ("comm", self.gpu_comm)] + idle_host
+            layers = [("gpu_compute", self.gpu_compute), ("memcpy", self.gpu_memory), ("comm", self.gpu_comm)]
+            layers += idle_host
         else:
             layers = idle_host + [("comm", self.comm_host if self.comm_host is not None else Intervals([], []))]
         return CategoryClock(layers, "host_gap")
@@ -85,7 +87,8 @@ class RankTimeline:
         """When this rank is doing useful work: GPU compute/memcpy kernels on a GPU rank, main-thread
         operators on a CPU-only rank. Waiting in a collective outside these intervals is blocked time."""
         if self.has_gpu:
-            return Intervals(np.concatenate([self.gpu_compute.s, self.gpu_memory.s]), np.concatenate([self.gpu_compute.e, self.gpu_memory.e]))
+            return Intervals(np.concatenate([self.gpu_compute.s, self.gpu_memory.s]),
+                             np.concatenate([self.gpu_compute.e, self.gpu_memory.e]))
         return self.host_ops
 
     def window(self, a, b) -> dict[str, np.ndarray]:
