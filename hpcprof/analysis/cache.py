@@ -9,8 +9,8 @@ looks complete. Because the key is the hash of the file's bytes, a changed or re
 new key and is never served stale; bump ANALYSIS_VERSION whenever per-rank tables change meaning.
 
 Whole-analysis memo: when the trace bytes, the steps files and manifest (size, mtime), the options
-(ranks), the HTA release, ANALYSIS_VERSION and REDUCE_VERSION all match the `inputs_key` of the summary.json already
-in the output folder, the outputs there are current and are returned as they are, without mapping,
+(ranks), the HTA release, ANALYSIS_VERSION and REDUCE_VERSION all match the `inputs_key` of the
+summary.json already in the output folder, the outputs there are current and are returned as they are, without mapping,
 reducing or drawing again.
 """
 
@@ -36,9 +36,14 @@ from .outputs.layout import AnalysisDir
 from .outputs.summary import read_summary
 from .progress import bytes_bar
 
-ANALYSIS_VERSION = 17  # bump when a rank's analysis changes (meta.json, the per-rank tables); history: git log
-# bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
+ANALYSIS_VERSION = 17
+"""Part of every parse-cache key: an entry made under another version is never read. Bump it in the
+change that makes a rank's analysis write different meta.json or per-rank tables for the same trace
+(a column added, renamed or computed by another rule); what changed is in git log."""
 REDUCE_VERSION = 17
+"""Part of the whole-analysis memo's key: outputs made under another version are made again. Bump it
+in the change that makes the reduce or the outputs differ for the same per-rank tables (those are
+covered by ANALYSIS_VERSION)."""
 META = "meta.json"
 
 
@@ -53,7 +58,8 @@ def lookup(cache_dir: str | os.PathLike, digest: str) -> Path | None:
             meta = json.loads((d / META).read_text())
         except (OSError, ValueError):
             return None
-        same = (meta.get("analysis_version"), meta.get("digest"), meta.get("hta")) == (ANALYSIS_VERSION, digest, hta_key())
+        found = (meta.get("analysis_version"), meta.get("digest"), meta.get("hta"))
+        same = found == (ANALYSIS_VERSION, digest, hta_key())
         if same and _tables_intact(d):
             return d
     return None
@@ -200,7 +206,8 @@ def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None, option
         # hashlib releases the GIL on large blocks: hash the files on all cores
         with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
             digests = dict(zip(files, pool.map(digest, files)))
-    parts = [f"v{ANALYSIS_VERSION}", f"r{REDUCE_VERSION}", f"ranks={sorted(ranks) if ranks is not None else None}", options]
+    parts = [f"v{ANALYSIS_VERSION}", f"r{REDUCE_VERSION}",
+             f"ranks={sorted(ranks) if ranks is not None else None}", options]
     parts += [f"{f.name}:{digests[f]}" for f in files]
     run = RunDir(src)
     extra = [run.steps_path(r) for r in run.step_ranks()]
@@ -208,7 +215,8 @@ def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None, option
         if p.is_file():
             st = p.stat()
             parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
-    return {f: d for f, d in digests.items() if d != "unreadable"}, hashlib.blake2b("\n".join(parts).encode(), digest_size=20).hexdigest()
+    key = hashlib.blake2b("\n".join(parts).encode(), digest_size=20).hexdigest()
+    return {f: d for f, d in digests.items() if d != "unreadable"}, key
 
 
 def memo_hit(out: AnalysisDir, key: str) -> dict | None:
@@ -222,7 +230,8 @@ def memo_hit(out: AnalysisDir, key: str) -> dict | None:
         return None
     # the outputs must all still be there: a deleted table or chart is made again, not reported as present
     outputs = s.get("outputs") or {}
-    files = [out.root / f for f in outputs.get("files") or []] + [Path(p) for p in (outputs.get("plots") or {}).values()]
+    files = [out.root / f for f in outputs.get("files") or []]
+    files += [Path(p) for p in (outputs.get("plots") or {}).values()]
     if not files or not all(f.is_file() for f in files):
         return None
     c = s.setdefault("cache", {})

@@ -8,23 +8,23 @@ Readers get the file back with :meth:`Manifest.from_dict`, which accepts manifes
 (missing fields take their defaults, fields this version does not know are kept in ``extra`` and
 written back unchanged), or as a plain dict through ``RunDir.read_manifest``.
 
-Over 300 lines because every manifest field is declared here once, with the docstring saying what it
-holds (docs/contract.md is checked against these types by tests/test_contract.py).
+Every manifest field is declared here once, with the docstring saying what it holds (docs/contract.md
+is checked against these types by tests/test_contract.py); how the records map to JSON and back is
+:mod:`.manifest_codec`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
-from .layout import RunDir, RunDirError, atomic_write_text
+from .layout import RunDir, atomic_write_text
+from .manifest_codec import fields_of, from_json, json_type, to_json
 
 
 def now_iso() -> str:
@@ -80,7 +80,8 @@ class Drills:
         """From the spec's [drills] section (hpcprof.spec.Drills)."""
         s, c = drills.straggler_plan, drills.crash_rank_step
         k, h = drills.clock_skew_node_ms, drills.hang_rank_step
-        return cls(StragglerDrill(s.rank, s.ms, s.every, s.first, s.last) if s else None, CrashDrill(c[0], c[1]) if c else None,
+        return cls(StragglerDrill(s.rank, s.ms, s.every, s.first, s.last) if s else None,
+                   CrashDrill(c[0], c[1]) if c else None,
                    ClockSkewDrill(k[0], k[1]) if k else None, HangDrill(h[0], h[1]) if h else None)
 
 
@@ -173,10 +174,11 @@ class Outcome:
 
     state: str
     """completed, failed, hung (the ranks' hang watchdog ended the job: first_failure names the rank
-    the others waited for, error holds the verdict, hpcprof.rundir.hangs), interrupted (the launcher got SIGINT/SIGTERM/SIGHUP and stopped the job,
-    or, killed itself, was outlived by its local ranks, which then stopped and wrote this),
-    cancelled (SLURM says CANCELLED: scancel) or never_started (the submission was refused).
-    A job SLURM ended for a time limit, memory or a lost node is failed, with SLURM's state as error."""
+    the others waited for, error holds the verdict, hpcprof.rundir.hangs), interrupted (the launcher
+    got SIGINT/SIGTERM/SIGHUP and stopped the job, or, killed itself, was outlived by its local ranks,
+    which then stopped and wrote this), cancelled (SLURM says CANCELLED: scancel) or never_started
+    (the submission was refused). A job SLURM ended for a time limit, memory or a lost node is
+    failed, with SLURM's state as error."""
     time: str
     """When the launcher wrote it (ISO 8601 with offset)."""
     signal: str | None = None
@@ -290,70 +292,16 @@ class Manifest:
 
     # ------------------------------------------------------------------ conversion
     def to_dict(self) -> dict[str, Any]:
-        return _to_dict(self)
+        return to_json(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Manifest":
-        return _from_dict(cls, data, "manifest")
+        return from_json(cls, data, "manifest")
 
 
-MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, HangDrill, ClockSkewDrill, Replicate, Versions, RankEntry, Clock, Attempt,
-                  Outcome, FirstFailure, Capture)
+MANIFEST_TYPES = (Manifest, Drills, StragglerDrill, CrashDrill, HangDrill, ClockSkewDrill, Replicate, Versions,
+                  RankEntry, Clock, Attempt, Outcome, FirstFailure, Capture)
 """Every record type of manifest.json (docs/contract.md is checked against their fields)."""
-
-
-def fields_of(cls) -> list[str]:
-    """The JSON keys of a manifest record type (its dataclass fields, less ``extra``)."""
-    return [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
-
-
-def _to_dict(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        out = {name: _to_dict(getattr(obj, name)) for name in fields_of(type(obj))}
-        out.update(getattr(obj, "extra", {}))
-        return out
-    if isinstance(obj, list):
-        return [_to_dict(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: _to_dict(v) for k, v in obj.items()}
-    return obj
-
-
-def _from_dict(cls, data: Any, where: str):
-    """Build a record from JSON, leniently: missing fields take their defaults (None when the field has
-    none: older runs lack fields added since), unknown ones go to ``extra`` where the type has one."""
-    if not isinstance(data, dict):
-        raise RunDirError(f"manifest.json: {where} should be an object, found {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for name, f in known.items():
-        if name == "extra":
-            continue
-        if name in data:
-            kwargs[name] = _convert(hints[name], data[name], f"{where}.{name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[name] = None
-    rest = {k: v for k, v in data.items() if k not in known or k == "extra"}
-    if "extra" in known:
-        kwargs["extra"] = rest
-    return cls(**kwargs)
-
-
-def _convert(hint: Any, value: Any, where: str) -> Any:
-    if value is None:
-        return None
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value, where) if len(inner) == 1 else value
-    if dataclasses.is_dataclass(hint):
-        return _from_dict(hint, value, where)
-    if typing.get_origin(hint) is list and args and dataclasses.is_dataclass(args[0]):
-        if not isinstance(value, list):
-            raise RunDirError(f"manifest.json: {where} should be a list, found {type(value).__name__}")
-        return [_from_dict(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
-    return value
 
 
 def checked(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -366,7 +314,7 @@ def checked(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     for name in fields_of(Manifest):
         if name not in data or data[name] is None:
             continue
-        value, want = data[name], _plain_type(hints[name])
+        value, want = data[name], json_type(hints[name])
         accepted = (str, int, float) if want is str else want  # a number where text is expected still reads
         good = isinstance(value, accepted) and not (want is int and isinstance(value, bool))
         if good and want is int and name == "world_size":
@@ -377,17 +325,6 @@ def checked(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                     list: "a list", dict: "an object"}.get(want, want.__name__)
             problems.append(f"manifest.json: {name} = {value!r} is not {what}; ignored")
     return ok, problems
-
-
-def _plain_type(hint: Any) -> type:
-    """The JSON type a field's annotation asks for (a record type is an object)."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
-        hint = args[0]
-    origin = typing.get_origin(hint) or hint
-    if dataclasses.is_dataclass(origin):
-        return dict
-    return origin if origin in (int, str, list, dict, float, bool) else object
 
 
 # ------------------------------------------------------------------ the one writer

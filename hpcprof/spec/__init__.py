@@ -17,8 +17,9 @@ TOML layout::
 
 Every field has a docstring (:mod:`.schema`, the built-in trainer's sections in :mod:`.builtin`, the
 drills in :mod:`.drills`; the SLURM fields of ``[resources]`` are in
-:mod:`hpcprof.slurm.resources`); ``python -m hpcprof.submit --help`` shows them with their
-defaults, and each field can be overridden with ``--<section>-<field>`` (resources fields need no
+:mod:`hpcprof.slurm.resources`; the checks across fields are :mod:`.checks`); ``python -m
+hpcprof.submit --help`` shows them with their defaults, and each field can be overridden with
+``--<section>-<field>`` (resources fields need no
 prefix: ``--nodes``, ``--partition``), or with ``--set section.field=value`` (:mod:`.cli`).
 Reading and writing TOML and coercing values is :mod:`.toml`; :mod:`.load` builds a spec from
 defaults, a job file and overrides; :class:`SpecError` is in :mod:`.errors`.
@@ -41,17 +42,15 @@ from .cli import (
 )
 from .builtin import AMP_MODES, ARCHS, DATA_SOURCES, Data, Model, builtin_only
 from .drills import Drills
+from .checks import RUN_NAME_RE, choices, validate_run_name
 from .schema import (
     CLUSTERS,
-    RUN_NAME_RE,
     SECTIONS,
     JobSpec,
     Profiler,
     Resources,
     Train,
-    choices,
     field_docs,
-    validate_run_name,
 )
 from .errors import SpecError
 from .load import apply_values, load_spec, read_spec_toml, set_value, spec_from_dict

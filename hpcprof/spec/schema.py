@@ -1,15 +1,14 @@
-"""The job spec's schema: one dataclass per section, a docstring under every field, and the checks
-that need several fields at once (:meth:`JobSpec.validate`).
+"""The job spec's schema: one dataclass per section, a docstring under every field (the user-facing
+documentation that ``--help`` shows, read by :func:`field_docs`).
 
 Fields with a fixed set of values are typed ``Literal[...]``: the valid values are read from the
-annotation (:func:`choices`), so the type, the validation and the error message ("valid values:
-...") share one definition. TOML and value coercion are :mod:`.toml`, applying them to a spec
-:mod:`.load`; the command-line flags are :mod:`.cli`. The ``[resources]`` section is :class:`hpcprof.slurm.resources.SlurmResources`
+annotation (:func:`.checks.choices`), so the type, the validation and the error message ("valid
+values: ...") share one definition. The checks that need several fields at once are :mod:`.checks`
+(:meth:`JobSpec.validate`, :meth:`JobSpec.warnings`). TOML and value coercion are :mod:`.toml`, applying them to a spec
+:mod:`.load`; the command-line flags are :mod:`.cli`. The ``[resources]`` section is
+:class:`hpcprof.slurm.resources.SlurmResources`
 (shared with the analysis job array) plus the executor choice; the built-in trainer's own sections
 (``[model]``, ``[data]``) are :mod:`.builtin`, the ``[drills]`` section :mod:`.drills`.
-
-Over 300 lines on purpose: most of it is the docstring under each field (the user-facing
-documentation that ``--help`` shows), and the cross-field checks belong next to the fields.
 """
 
 from __future__ import annotations
@@ -17,16 +16,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-import re
 import typing
-from dataclasses import dataclass, field, fields
-from functools import lru_cache
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..slurm.resources import ResourcesError, SlurmResources
+from ..slurm.resources import SlurmResources
 from .builtin import BUILTIN_SECTIONS, Data, Model, builtin_only
+from .checks import spec_warnings, traced_epoch_boundaries, validate_spec
 from .drills import Drills
-from .errors import SpecError
 from .toml import to_toml
 
 Cluster = Literal["auto", "slurm", "local", "debug"]
@@ -36,7 +33,6 @@ TRIGGER_BASELINE_MIN_STEP = 10
 (the first steps of a run are start-up: allocator, caches, DDP's bucket rebuild, the profiler's own)."""
 
 CLUSTERS: tuple[str, ...] = typing.get_args(Cluster)
-RUN_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 @dataclass
@@ -147,6 +143,12 @@ class Profiler:
     min_gap_steps: int = 50
     """Triggered: steps at least between the end of a capture and the start of the next."""
 
+    @property
+    def first_window_step(self) -> int:
+        """The first step of the first profiled window: `wait`, in mode "triggered" at least
+        TRIGGER_BASELINE_MIN_STEP."""
+        return max(self.wait, TRIGGER_BASELINE_MIN_STEP) if self.mode == "triggered" else self.wait
+
 
 @dataclass
 class Workload:
@@ -231,188 +233,24 @@ class JobSpec:
         """Ranks in the job; tasks_per_node must be resolved (non-zero) for this to be exact."""
         return self.resources.nodes * max(self.resources.tasks_per_node, 1)
 
-    # ----------------------------------------------------------------- validation
+    # ----------------------------------------------------------------- checks (.checks)
     def traced_epoch_boundaries(self) -> list[tuple[int, int, int]]:
         """(cycle, first traced step, boundary step) for every step that starts a new epoch inside
-        a traced window (the profiler's warm-up and active steps of each cycle).
-
-        Why it matters: at an epoch boundary the DataLoader starts a new iterator (its workers and
-        prefetch queue start over), so that one step waits for data far longer than any other (a
-        ResNet-50 rung: 784.6 ms against 1-12 ms) and a trace holding it blames the data loader for
-        a once-per-epoch cost. Steps per epoch use the spec's world size (tasks_per_node resolved)."""
-        spe = self.data.steps_per_epoch(self.world_size)
-        p = self.profiler
-        if not p.enabled or not spe:
-            return []
-        period = p.wait + p.warmup + p.active
-        out = []
-        for cycle in range(p.repeat):
-            first, last = cycle * period + p.wait, cycle * period + period - 1
-            b = -(-max(first, 1) // spe) * spe  # first multiple of spe >= max(first, 1)
-            while b <= min(last, self.train.steps - 1):
-                out.append((cycle, first, b))
-                b += spe
-        return out
+        a traced window (:func:`.checks.traced_epoch_boundaries`)."""
+        return traced_epoch_boundaries(self)
 
     def warnings(self) -> list[str]:
-        """Valid but probably unintended settings, said before the job runs (the job still runs)."""
-        out = []
-        t = self.train
-        if t.hang_timeout_s and t.hang_timeout_s >= t.pg_timeout_s:
-            out.append(f"train.hang_timeout_s {t.hang_timeout_s:g} is not below train.pg_timeout_s {t.pg_timeout_s}: a hung "
-                       "job fails at the process group's timeout, without the hang verdict; lower the first or raise the second")
-        if not self.workload.builtin:
-            base = JobSpec()
-            ignored = [f"{section}.{f.name}" for section in ("model", "data", "train")
-                       for f in fields(getattr(self, section)) if builtin_only(f"{section}.{f.name}")
-                       and getattr(getattr(self, section), f.name) != getattr(getattr(base, section), f.name)]
-            if ignored:
-                what = f"--script {self.workload.script}" if self.workload.script else f"--entry {self.workload.entry}"
-                out.append(f"{', '.join(ignored)} set the built-in ResNet trainer only; your workload ({what}) ignores "
-                           "them and the run directory does not record them (pass your settings after --)")
-        crossings = self.traced_epoch_boundaries()
-        if crossings:
-            d, p = self.data, self.profiler
-            spe = d.steps_per_epoch(self.world_size)
-            steps = ", ".join(str(b) for _, _, b in crossings)
-            need = self.train.steps * d.batch_size * self.world_size
-            out.append(
-                f"the profiled window crosses an epoch boundary at step(s) {steps}: data.dataset_size {d.dataset_size} / "
-                f"(data.batch_size {d.batch_size} x {self.world_size} rank(s)) = {spe} steps per epoch, and the profiler "
-                f"traces steps {p.wait}-{p.wait + p.warmup + p.active - 1} of each cycle (profiler.wait {p.wait}, warmup "
-                f"{p.warmup}, active {p.active}); a new epoch restarts the DataLoader, so that step waits for data and the "
-                f"trace blames the data loader. Set data.dataset_size >= {need} (one epoch for all train.steps) or move the "
-                "window with profiler.wait"
-            )
-        return out
+        """Valid but probably unintended settings, said before the job runs (:func:`.checks.spec_warnings`)."""
+        return spec_warnings(self)
 
     def validate(self, world_size: int | None = None) -> "JobSpec":
-        """Refuse impossible values with the reason. `world_size`, when known, checks drill ranks."""
-        r, m, d, t, p = self.resources, self.model, self.data, self.train, self.profiler
-        if self.name:
-            validate_run_name(self.name, "name")
-        for section, cls in SECTIONS.items():
-            for name, valid in choices(cls).items():
-                _choice(f"{section}.{name}", getattr(getattr(self, section), name), valid)
-        try:
-            r.validate(name=lambda f: f"resources.{f}")
-        except ResourcesError as exc:
-            raise SpecError(str(exc)) from None
-        for key, value, low in [
-            ("model.num_classes", m.num_classes, 2),
-            ("model.image_size", m.image_size, 32),
-            ("data.batch_size", d.batch_size, 1),
-            ("data.num_workers", d.num_workers, 0),
-            ("data.prefetch_factor", d.prefetch_factor, 0),
-            ("data.dataset_size", d.dataset_size, 1),
-            ("data.raw_image_size", d.raw_image_size, 0),
-            ("train.steps", t.steps, 1),
-            ("train.pg_timeout_s", t.pg_timeout_s, 1),
-            ("profiler.wait", p.wait, 0),
-            ("profiler.warmup", p.warmup, 0),
-            ("profiler.active", p.active, 1),
-            ("profiler.repeat", p.repeat, 1),
-            ("profiler.trigger_window", p.trigger_window, 0),
-            ("profiler.trigger_windows", p.trigger_windows, 1),
-            ("profiler.max_captures", p.max_captures, 0),
-            ("profiler.min_gap_steps", p.min_gap_steps, 0),
-        ]:
-            if value < low:
-                raise SpecError(f"{key} must be >= {low}, got {value}")
-        if not 0 <= t.hang_timeout_s < float("inf"):  # also refuses NaN
-            raise SpecError(f"train.hang_timeout_s must be a number of seconds >= 0 (0: off), got {t.hang_timeout_s}")
-        if not t.lr > 0:  # also refuses NaN
-            raise SpecError(f"train.lr must be > 0, got {t.lr}")
-        if not t.momentum >= 0:  # also refuses NaN
-            raise SpecError(f"train.momentum must be >= 0, got {t.momentum}")
-        if r.cluster in ("local", "debug") and r.nodes != 1:
-            raise SpecError(
-                f"resources.nodes = {r.nodes} is impossible with cluster = {r.cluster!r}: it runs on this "
-                "machine only; use cluster = 'slurm' for several nodes"
-            )
-        if d.source == "imagefolder" and not d.path:
-            raise SpecError("data.path is required when data.source = 'imagefolder'")
-        if d.source == "synthetic" and (d.num_workers or d.pin_memory or d.prefetch_factor):
-            raise SpecError(
-                "data.num_workers / pin_memory / prefetch_factor need a DataLoader: set data.source to "
-                "'fakedata' or 'imagefolder' (synthetic batches already live on the device)"
-            )
-        if d.num_workers == 0 and (d.prefetch_factor or d.persistent_workers):
-            raise SpecError("data.prefetch_factor and data.persistent_workers need data.num_workers > 0")
-        if d.raw_image_size and d.source != "fakedata":
-            raise SpecError("data.raw_image_size applies to data.source = 'fakedata' only")
-        if d.batch_size * max(self.world_size, 1) > d.dataset_size and d.source == "fakedata":
-            raise SpecError(
-                f"data.dataset_size = {d.dataset_size} is smaller than one global batch "
-                f"(batch_size {d.batch_size} x {self.world_size} ranks)"
-            )
-        for key, value in (("profiler.trigger_threshold_pct", p.trigger_threshold_pct),
-                           ("profiler.trigger_min_ms", p.trigger_min_ms), ("profiler.trigger_job_pct", p.trigger_job_pct)):
-            if not (value >= 0 and value < float("inf")):  # also refuses NaN
-                raise SpecError(f"{key} must be a finite number >= 0, got {value}")
-        if p.enabled and p.mode == "triggered" and p.repeat != 1:
-            raise SpecError("profiler.repeat applies to mode 'schedule'; in mode 'triggered' the captures are "
-                            "decided by the run (profiler.max_captures bounds them)")
-        if p.enabled:
-            needed = (max(p.wait, TRIGGER_BASELINE_MIN_STEP) if p.mode == "triggered" else p.wait) + p.warmup + p.active
-            if t.steps < needed * p.repeat:
-                raise SpecError(
-                    f"train.steps = {t.steps} is fewer than the profiler schedule needs: (wait {p.wait} + "
-                    f"warmup {p.warmup} + active {p.active}) x repeat {p.repeat} = {needed * p.repeat}"
-                )
-        ws = world_size or (self.world_size if r.tasks_per_node else None)
-        for key, pair in (("drills.straggler", self.drills.straggler_rank_ms), ("drills.crash", self.drills.crash_rank_step),
-                          ("drills.hang", self.drills.hang_rank_step)):
-            if pair is None:
-                continue
-            rank, value = pair
-            if rank < 0 or (ws is not None and rank >= ws):
-                raise SpecError(f"{key}: rank {rank} does not exist (world size {ws})")
-            if value < 0:
-                raise SpecError(f"{key}: {value} must be >= 0")
-        self.drills.clock_skew_node_ms  # refused here, before anything runs, when malformed
-        w = self.workload
-        if w.entry and w.script:
-            raise SpecError("workload.entry and workload.script are exclusive: give one (--entry or --script)")
-        if w.entry and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", w.entry):
-            raise SpecError(f"workload.entry must look like package.module:function, got {w.entry!r}")
-        if not isinstance(w.args, list) or not all(isinstance(a, str) for a in w.args):
-            raise SpecError("workload.args must be a list of strings")
-        if w.args and w.builtin:
-            raise SpecError("workload.args are for --entry or --script; the built-in trainer takes spec flags")
-        for key, pair in (("drills.crash", self.drills.crash_rank_step), ("drills.hang", self.drills.hang_rank_step)):
-            if pair and pair[1] >= t.steps:
-                raise SpecError(f"{key}: step {pair[1]} is never reached (train.steps = {t.steps})")
+        """Refuse impossible values with the reason (:func:`.checks.validate_spec`); `world_size`,
+        when known, checks drill ranks. Returns the spec."""
+        validate_spec(self, world_size)
         return self
 
 
 # --------------------------------------------------------------------------- helpers
-@lru_cache(maxsize=None)
-def choices(cls: type) -> dict[str, tuple[str, ...]]:
-    """{field: valid values} for the fields of ``cls`` typed ``Literal[...]``."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: typing.get_args(hints[f.name]) for f in fields(cls)
-            if typing.get_origin(hints[f.name]) is Literal}
-
-
-def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise SpecError(f"{key} = {value!r} is not valid; valid values: {', '.join(valid)}")
-
-
-def validate_run_name(name: str, what: str = "run name") -> str:
-    """A run name is one folder name, never a path, and never starts with "-" (the sbatch scripts
-    pass it to the ranks as ``--name "$RUN_NAME"``, where "-x" reads as an option, and every shell
-    command on the folder would take it for one)."""
-    if not RUN_NAME_RE.fullmatch(name or "") or name in (".", ".."):
-        raise SpecError(
-            f"{what} {name!r} is not valid: use letters, digits, '.', '_' and '-' only (a folder name, not a path)"
-        )
-    if name.startswith("-"):
-        raise SpecError(f"{what} {name!r} is not valid: it must not start with '-' (commands would take it for an option)")
-    return name
-
-
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring written under each dataclass field (the torchtitan convention), base classes
     included (``Resources`` inherits the SLURM fields)."""

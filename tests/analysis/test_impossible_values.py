@@ -14,8 +14,6 @@ from __future__ import annotations
 import random
 import re
 
-import pytest
-
 from hpcprof.analysis import analyze, console_summary
 
 from .conftest import DLRM, load_trace, require, write_trace

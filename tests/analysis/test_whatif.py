@@ -139,7 +139,8 @@ def test_cause_is_the_net_excess_that_explains_half_the_cost():
 def test_excesses_that_cancel_are_no_cause():
     # cpu_work +92 and host_gap -90 (a wash) plus gpu_compute +18: the net excess is gpu_compute's
     # 18 of the cost 20 -> gpu_compute, not cpu_work
-    s = _cause_case({"cpu_work": 100, "host_gap": 0, "gpu_compute": 20}, {"cpu_work": 8, "host_gap": 90, "gpu_compute": 2})
+    s = _cause_case({"cpu_work": 100, "host_gap": 0, "gpu_compute": 20},
+                    {"cpu_work": 8, "host_gap": 90, "gpu_compute": 2})
     assert s["cause"] == "gpu_compute"
     assert s["cause_shares"] == {"gpu_compute": pytest.approx(0.9)}
     # the issue's case: cpu_work +92.3 against host_gap -93.7 and nothing else is no cause at all
@@ -188,7 +189,8 @@ def test_pairs_by_order_with_inconsistent_ends_are_dropped_and_repaired_by_end()
 def test_clock_offsets_between_hosts_are_removed_before_the_replay():
     # rank 1's host clock runs 100 ms ahead: its trace times are +100. After alignment the case is
     # the first test's: rank 1 costs 20 ms.
-    colls = _colls([(0, 1, "ar", 0, 10, 35), (1, 1, "ar", 0, 130, 135), (0, 1, "ar", 1, 40, 41), (1, 1, "ar", 1, 140, 141)])
+    colls = _colls([(0, 1, "ar", 0, 10, 35), (1, 1, "ar", 0, 130, 135),
+                    (0, 1, "ar", 1, 40, 41), (1, 1, "ar", 1, 140, 141)])
     steps = _steps([(0, 1, 0, 45), (1, 1, 100, 145)])
     w = whatif.analyze(colls, steps, {0: "a", 1: "b"})
     assert w.matching.offsets[1] == pytest.approx(100e3)
@@ -234,7 +236,8 @@ DRILLS = [
 def _analyse(folder, tmp_path, name, cache_dir=None):
     from hpcprof.analysis import analyze
 
-    return analyze(folder, out=tmp_path / f"out-{name}", cache_dir=cache_dir or tmp_path / "cache", progress=False, workers=2)
+    return analyze(folder, out=tmp_path / f"out-{name}", cache_dir=cache_dir or tmp_path / "cache",
+                   progress=False, workers=2)
 
 
 def _costs(summary) -> dict[int, float]:
@@ -291,9 +294,9 @@ def test_trace_drill_cost_matches_the_injected_job_time(base_sets, tmp_path, set
     flagged = [(x["rank"], x["cost_ms_per_step"], x["cause"], x["cause_shares"]) for x in s["stragglers"]]
     ex_before, ex_after = (x["cause_excess_ms_per_step_by_rank"][str(rank)] for x in (base, s))
     delta = {c: round(ex_after[c] - ex_before[c], 3) for c in ex_after}
-    print(f"trace drill {set_name} rank {rank} {drill} {size}: cost increase {increase:.3f} ms/step against the injected "
-          f"{truth:.3f}; replay error {s['replay_error_pct']}%; flagged {flagged}; the rank's own added time "
-          f"{added:.3f} ms/step, its window excess grew by {delta}")
+    print(f"trace drill {set_name} rank {rank} {drill} {size}: cost increase {increase:.3f} ms/step "
+          f"against the injected {truth:.3f}; replay error {s['replay_error_pct']}%; flagged {flagged}; "
+          f"the rank's own added time {added:.3f} ms/step, its window excess grew by {delta}")
     assert truth > 0
     assert increase == pytest.approx(truth, rel=0.10), (after, before, truth)
     assert s["replay_error_pct"] < 3.0
@@ -327,7 +330,8 @@ def test_trace_drill_cost_matches_the_injected_job_time(base_sets, tmp_path, set
     mine = [x for x in s["stragglers"] if x["rank"] == rank]
     if len(after) >= 3 and mine and added >= 0.5 * mine[0]["cost_ms_per_step"]:
         cause = mine[0]["cause"]
-        assert ("host" if cause in HOST_CATEGORIES else cause) == {"stall": "host", "stretch": "gpu_compute"}[drill], flagged
+        expected = {"stall": "host", "stretch": "gpu_compute"}[drill]
+        assert ("host" if cause in HOST_CATEGORIES else cause) == expected, flagged
 
 
 HOST_CATEGORIES = ("data_loading", "host_gap", "cpu_work")
@@ -409,7 +413,7 @@ def test_ranks_that_jitter_alike_flag_nobody():
 def test_main_thread_waited_for_a_collective_when_idle_at_its_end_and_resuming_right_after():
     import numpy as np
 
-    from hpcprof.analysis.ranks.timeline import WAITED_RESUME_US, _main_waited
+    from hpcprof.analysis.ranks.waits import WAITED_RESUME_US, main_waited
 
     # computing ops on the main thread (us): [0, 100 ms), [150, 400 ms), [1000, 1200 ms)
     starts, ends = np.array([0.0, 150e3, 1000e3]), np.array([100e3, 400e3, 1200e3])
@@ -420,8 +424,8 @@ def test_main_thread_waited_for_a_collective_when_idle_at_its_end_and_resuming_r
         1000e3 - 1.0,  # idle, resumes 1 us later
         1000e3 - 2150.0,  # idle, resumes 2.15 ms later: a loaded host's wake-up (measured in a SLURM drill)
     ])
-    assert _main_waited(starts, ends, t).tolist() == [True, False, False, True, True]
-    assert _main_waited(np.empty(0), np.empty(0), np.array([5.0])).tolist() == [False]
+    assert main_waited(starts, ends, t).tolist() == [True, False, False, True, True]
+    assert main_waited(np.empty(0), np.empty(0), np.array([5.0])).tolist() == [False]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -469,7 +473,7 @@ def test_main_thread_that_resumed_just_before_the_gloo_range_closed_waited_for_i
     thread paused for a few microseconds between operators just before it ended."""
     import numpy as np
 
-    from hpcprof.analysis.ranks.timeline import _main_waited
+    from hpcprof.analysis.ranks.waits import main_waited
 
     # main thread computing (ms): [0, 44), [108, 112): idle 44-108 (blocked in DDP's wait)
     # and, for a collective it computed through, many ops 200-300 ms with 5 us gaps between them
@@ -477,4 +481,4 @@ def test_main_thread_that_resumed_just_before_the_gloo_range_closed_waited_for_i
     op_e = np.concatenate([[44e3, 112e3], np.arange(200e3, 300e3, 1e3) + 995.0])
     since = np.array([44.1e3, 210e3, 44.1e3])
     t = np.array([110.5e3, 290.5e3, 125e3])  # ended 2.4 ms after the resume; computed through; resumed 17 ms before
-    assert _main_waited(op_s, op_e, t, since).tolist() == [True, False, False]
+    assert main_waited(op_s, op_e, t, since).tolist() == [True, False, False]

@@ -8,9 +8,8 @@ is ONE gzip member: Perfetto reads no multi-member gzip (google/perfetto#872). T
 whole text is kept as it is written. Memory: at most 2 x threads blocks in flight.
 
 What is written is copied at once into a block buffer of BLOCK bytes, and the buffers are used again
-once their block is deflated (2 x threads + 1 of them): a fresh 4 MB for every block (the join of
-the pieces written) cost a page fault per 4 kB, about 22,000 faults (0.05-0.1 CPU-s of the kernel's)
-on the 138 MB timeline of 16 ranks, and the caller may reuse what it wrote as soon as write returns.
+once their block is deflated (2 x threads + 1 of them): a fresh buffer for every block (the join of
+the pieces written) would cost a page fault per 4 kB page of every block, and the caller may reuse what it wrote as soon as write returns.
 
 The blocks are deflated by ISA-L (the `isal` package, a dependency on x86-64 and ARM64) where it
 can be imported, else by zlib. Both write standard raw deflate: any gzip reader gets the same text.

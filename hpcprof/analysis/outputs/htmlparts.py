@@ -108,7 +108,7 @@ def json_text(o, indent: int = 1, _depth: int = 0) -> str:
     """`json.dumps(o, indent=indent, default=str)` with every float in positional notation
     (0.0000234375, not 2.34375e-05): the report shows summary.json to people; it still parses as
     the same JSON (`json.loads` gives back the same values)."""
-    t = type(o)  # the plain types first, each as json.dumps writes it (the 16-rank summary: 6.3 -> 4.0 ms)
+    t = type(o)  # the plain types first, each as json.dumps writes it (most of a summary's values)
     if t is str:
         return _json_str(o)
     if t is float:

@@ -52,8 +52,8 @@ CSV_CHUNK_CELLS = 100_000
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
     """`df.to_csv(path, index=False)`, byte for byte: each column's text as pandas makes it, the rows
-    joined here rather than by the csv module (the 14 tables of 16 ranks: 38 -> 24 ms; the csv
-    module's writer was most of it); pandas writes what this does not cover (`_csv_cells`)."""
+    joined here rather than by the csv module (whose writer was most of the cost of writing the
+    tables); pandas writes what this does not cover (`_csv_cells`)."""
     head = _quoted([str(c) for c in df.columns])
     if head is None or not len(df) or len(head) < 2 or df.columns.has_duplicates or not all(map(_csv_type, df.dtypes)):
         df.to_csv(path, index=False)

@@ -175,8 +175,8 @@ def waits_lane(colls: pd.DataFrame | None, clocks: ClockAlignment) -> Callable[[
 
 def _groups(late: pd.DataFrame):
     """(key, {column: its values as a list}) per collective of `late`, in the order of the keys'
-    first rows, each group's rows in their order (a pandas groupby yielding frames, read with iloc,
-    was 80 ms of the timeline at 16 ranks for 500 collectives)."""
+    first rows, each group's rows in their order (lists, not a pandas groupby yielding a frame per
+    collective read with iloc: the timeline walks hundreds of collectives)."""
     if late.empty:
         return
     codes, keys = pd.factorize(late["key"])  # a missing key: -1, left out (as groupby does)
@@ -262,11 +262,11 @@ def write_timeline(
         window = {r: (min(v[0] for v in sub[r].values()), max(v[1] for v in sub[r].values())) for r in ranks}
         counts = Counts()
         sizing.total = (sizing.total or 0) + len(ranks)
-        rows = {}  # rank -> its selected rows (np.packbits), None: all; kept for pass 2 (1.5 ms a rank)
+        rows = {}  # rank -> its selected rows (np.packbits), None: all; kept for pass 2, not selected again
         for r in ranks:  # pass 1: counts only
             piece = read_piece(by_rank[r].piece, SELECT_COLUMNS)
             # a piece holds what its rank's window of all its steps selects (ranks/timeline_piece.py), and
-            # selecting in that window again keeps every row: not computed then (1 ms a rank)
+            # selecting in that window again keeps every row: not computed then
             mask = None if len(sub[r]) == len(by_rank[r].steps) else window_rows(piece, *window[r])
             rows[r] = None if mask is None or mask.all() else np.packbits(mask)
             counts.add(piece if mask is None else keep_rows(piece, mask))

@@ -102,7 +102,7 @@ def gpu_events(t, rank: int) -> pd.DataFrame:
     """The rank's GPU events (HTA's rule: stream != -1) with `kernel_name` and HTA's `kernel_type`,
     each looked up once per distinct name: the rows taken once (not selected, then copied), the
     two columns made from the distinct names' values and each row's code (the dtype Series.map
-    infers from the same values) where the names are int symbol ids (about 2.0 -> 1.6 ms a 20 MB rank)."""
+    infers from the same values) where the names are int symbol ids."""
     from hta.utils.utils import get_kernel_type
 
     sym = t.symbol_table.get_sym_table()
@@ -223,8 +223,8 @@ def _typed_stats(gpu: pd.DataFrame) -> pd.DataFrame:
     """Per kernel name of `gpu_events`: its statistics (gpu_breakdown.kernel_stats, grouped on
     HTA's int symbol ids where the frame has them) and its kernel_type (a function of the name:
     gpu_events), taken from the last row of each name, not from a dict built over every kernel (a
-    Python object per kernel: 7 ms of a 20 MB rank). Made once per rank for the top kernels and
-    the table of all kernels (about 3.3 -> 1.6 ms on a 20 MB rank)."""
+    Python object per kernel). Made once per rank, for the top kernels and the table of all kernels
+    alike."""
     ids = gpu["name"].to_numpy()
     if ids.dtype.kind not in "iu":
         stats = kernel_stats(gpu["kernel_name"], gpu["dur"])

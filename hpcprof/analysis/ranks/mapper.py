@@ -83,8 +83,8 @@ def preload() -> None:
     writer and the HTA stage (hta_rank, loaded lazily: a map whose ranks are all cached never needs
     it), and look up the installed HTA release (hta_frame.fast_path_problem: importlib.metadata and
     its path scan). For a parent about to fork map workers (executors.local): done there once,
-    before the fork, the worker inherits it instead of doing it again (about 55 ms of its first
-    rank; the parent would do it in its own first rank anyway)."""
+    before the fork, the worker inherits it instead of doing it again in its first rank (the
+    parent would do it in its own first rank anyway)."""
     import hta.common.trace  # noqa: F401  (HTA's Trace: hta_frame and hta_rank import it in their functions)
     import pyarrow.parquet  # noqa: F401
 

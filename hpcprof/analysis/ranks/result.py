@@ -48,20 +48,19 @@ class RankResult:
 
 PARQUET_OPTIONS = {"compression": "none", "write_statistics": False, "dictionary_pagesize_limit": 64 << 10}
 """How the map writes its tables: uncompressed, without column statistics (nothing reads them: no
-filter pushdown). The same content; a 20 MB rank's timeline piece writes in 8 instead of 14 ms and
-reads in 3.0 instead of 3.6 ms, at twice the size on disk (1 MB). A column's Parquet dictionary
-encoding gives up at 64 KiB of dictionary (Parquet's default: 1 MiB): the writer hashed every value
-of a column of distinct values (a timeline piece's 63,000 timestamps: 3.2 of its 10 ms, and a file
-larger than without it) while few-valued columns keep it. A 20 MB rank's 11 tables write in 10 instead
-of 15 ms, read in 5.4 instead of 5.9 ms, 4% larger (1.25 MB). Arrow dictionary columns are read back
-as the same dictionaries whatever their size."""
+filter pushdown). The content is the same either way; these local, short-lived cache files are
+written and read faster uncompressed, at about twice the size on disk. A column's Parquet
+dictionary encoding gives up at 64 KiB of dictionary (Parquet's default: 1 MiB), so that a column
+of distinct values (a timeline piece's timestamps) is not hashed value by value for a dictionary
+that only makes the file larger, while few-valued columns keep it. Arrow dictionary columns are
+read back as the same dictionaries whatever their size."""
 
 
 def write_table(table, path) -> None:
     """A pandas frame (without its index, as `to_parquet(index=False)` writes it: the same schema and
     pandas metadata, without pandas' file-handle layer) or an Arrow table, as a Parquet file. The
-    frame is converted in this thread (`nthreads=1`; Arrow's pool cost more than it saved on these
-    tables: a rank's busy intervals 0.95 -> 0.13 ms, its launch statistics 0.90 -> 0.25 ms)."""
+    frame is converted in this thread (`nthreads=1`: on tables this small, Arrow's thread pool costs
+    more than it saves)."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -82,10 +81,9 @@ def read_table(path: str, columns: list[str] | None = None):
 
 def _read_arrow(path: str, columns: list[str] | None = None):
     """A Parquet file as an Arrow table, in this thread, without pre-buffering: for these small
-    files Arrow's thread pool and read coalescing cost more than they save (16 ranks' steps tables:
-    585 -> 256 us a file, a timeline piece 2.5 -> 2.2 ms, the same table). Converted to pandas in
-    this thread too (`to_pandas(use_threads=False)`: 16 ranks' steps 380 -> 240 us, the same frame);
-    the reduce's 8 tables of 16 ranks (crossrank.rank_table, views.gather) read in 34 instead of 46 ms."""
+    files Arrow's thread pool and read coalescing cost more than they save (the table read is the
+    same). Converted to pandas in this thread too (`to_pandas(use_threads=False)`, the same frame),
+    for the same reason."""
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(path, pre_buffer=False).read(columns=columns, use_threads=False)

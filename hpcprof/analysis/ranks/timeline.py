@@ -1,8 +1,9 @@
-"""Per-rank timeline built from one trace's event table: main host thread, GPU activity, interval algebra.
+"""Per-rank timeline built from one trace's event table: main host thread, GPU activity, collectives.
 
 The straggler cause needs to know what a rank did in a time window (waiting for data, CPU work,
 un-annotated host gaps, GPU compute, memory copies). We precompute merged interval sets once per
-rank so any window can be measured with two binary searches.
+rank (:mod:`.intervals`) so any window can be measured with two binary searches; whether the main
+thread sat blocked in a CPU collective is :mod:`.waits`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import pandas as pd
 from .categories import STEP_CATEGORIES, CategoryClock
 from .comm_kernels import Names, classify, one_of, short_kernel_name
 from .control import control_events
+from .intervals import Intervals
+from .waits import main_waited
 
 from ...rundir.records import REGION_DATA
 
@@ -27,76 +30,9 @@ GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 HOST_CATS = {"cpu_op", "user_annotation", "python_function", "Operator", "cpu_instant_event"}
 GLOO_RE = re.compile(r"^gloo:(.+)$")
 C10D_RE = re.compile(r"^c10d::")
-WAITED_RESUME_US = 10000.0
-"""A CPU collective counts as waited for when the main thread was not computing (operators other
-than the c10d:: calls that enqueue or wait for collectives) at its end and resumed within this
-long after it: the main thread sat blocked in it (DDP's buffer broadcast, the wait for the last
-gradient buckets at the end of backward) rather than going on while a gloo worker thread ran it
-(the gradient all-reduces launched during backward). 10 ms: a woken thread runs within tens of
-microseconds on a quiet host and within a few scheduler ticks (1-4 ms each) on a loaded one. It
-was 2 ms until a SLURM drill in a full-suite run had the main thread resume 2.12-2.16 ms after a
-60 ms broadcast it was blocked in: the broadcast stopped being a chain point and the drilled
-rank's cost in that step came out 7.3 ms instead of about 60 (on the quiet host the same resume
-took 0.02-0.07 ms). A longer bound risks little: to be counted wrongly, a collective must end
-while the main thread is between operators (gaps of microseconds while it computes)."""
-WAITED_MIN_IDLE_US = 1000.0
-"""The idle stretch inside a collective that counts as a wait when the main thread resumed before
-the collective's range ended (`_main_waited`): far above the microsecond gaps between the operators
-of a thread that computes, below the shortest wait that costs a step anything worth reporting."""
 CATEGORIES = STEP_CATEGORIES
 """What a rank spent a time window on (RankTimeline.window's keys): the per-step and per-window
 columns of the map's tables. Defined in ranks/categories.py, with the straggler causes (these + comm)."""
-
-
-def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [start, end) as disjoint ones, in start order, with the arrays'
-    dtypes: sorted by start, an interval starting after every earlier end opens a new one, and
-    touching intervals are one (HTA's `merge_kernel_intervals` rule; the order of equal starts does
-    not change the result)."""
-    if not len(starts):
-        return starts[:0], ends[:0]
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    return s[idx], np.maximum.reduceat(e, idx)
-
-
-class Intervals:
-    """A set of disjoint [start, end) intervals with O(log n) covered-length queries."""
-
-    def __init__(self, starts, ends):
-        s, e = union(np.asarray(starts, dtype=float), np.asarray(ends, dtype=float))
-        self.s, self.e = s, e
-        self.cum = np.concatenate([[0.0], np.cumsum(e - s)])
-
-    def _upto(self, t):
-        t = np.asarray(t, dtype=float)
-        i = np.searchsorted(self.s, t, side="right")  # intervals starting at or before t
-        full = self.cum[np.maximum(i - 1, 0)]
-        last_s = self.s[np.maximum(i - 1, 0)] if self.s.size else np.zeros_like(t)
-        last_e = self.e[np.maximum(i - 1, 0)] if self.e.size else np.zeros_like(t)
-        part = np.clip(np.minimum(t, last_e) - last_s, 0, None)
-        return np.where(i > 0, full + part, 0.0)
-
-    def covered(self, a, b):
-        """Length of [a, b) covered by the set (vectorised over a, b)."""
-        if not self.s.size:
-            return np.zeros(np.broadcast(np.asarray(a), np.asarray(b)).shape)
-        return np.clip(self._upto(b) - self._upto(a), 0, None)
-
-    def contains(self, t) -> np.ndarray:
-        """Whether each instant t lies inside the set."""
-        t = np.asarray(t, dtype=float)
-        i = np.searchsorted(self.s, t, side="right") - 1
-        return (i >= 0) & (t < self.e[np.maximum(i, 0)]) if self.s.size else np.zeros(t.shape, dtype=bool)
-
-    @property
-    def total(self) -> float:
-        return float(self.cum[-1])
 
 
 @dataclass
@@ -114,7 +50,8 @@ class RankTimeline:
     """"cuda" (CUDA/ROCm kernel categories), "accelerator" (device-stream activity without them, e.g. MTIA), "cpu"."""
     collectives: list[dict] = field(default_factory=list)
     memory_peak_bytes: float | None = None
-    device_launch: np.ndarray = field(default_factory=lambda: np.empty(0))  # host launch time of each device op (NaN: unknown)
+    # host launch time of each device op (NaN: unknown)
+    device_launch: np.ndarray = field(default_factory=lambda: np.empty(0))
     device_end: np.ndarray = field(default_factory=lambda: np.empty(0))  # its end
     comm_host: "Intervals | None" = None  # CPU ranks: gloo ops in flight (any thread)
     comm_reclassified: list = field(default_factory=list)
@@ -128,7 +65,8 @@ class RankTimeline:
         """The partition of this rank's time into CAUSE_CATEGORIES (see CategoryClock)."""
         idle_host = [("data_loading", self.host_data), ("cpu_work", self.host_all)]
         if self.has_gpu:
-            layers = [("gpu_compute", self.gpu_compute), ("memcpy", self.gpu_memory), ("comm", self.gpu_comm)] + idle_host
+            layers = [("gpu_compute", self.gpu_compute), ("memcpy", self.gpu_memory), ("comm", self.gpu_comm)]
+            layers += idle_host
         else:
             layers = idle_host + [("comm", self.comm_host if self.comm_host is not None else Intervals([], []))]
         return CategoryClock(layers, "host_gap")
@@ -149,7 +87,8 @@ class RankTimeline:
         """When this rank is doing useful work: GPU compute/memcpy kernels on a GPU rank, main-thread
         operators on a CPU-only rank. Waiting in a collective outside these intervals is blocked time."""
         if self.has_gpu:
-            return Intervals(np.concatenate([self.gpu_compute.s, self.gpu_memory.s]), np.concatenate([self.gpu_compute.e, self.gpu_memory.e]))
+            return Intervals(np.concatenate([self.gpu_compute.s, self.gpu_memory.s]),
+                             np.concatenate([self.gpu_compute.e, self.gpu_memory.e]))
         return self.host_ops
 
     def window(self, a, b) -> dict[str, np.ndarray]:
@@ -167,31 +106,6 @@ class RankTimeline:
         }
 
 
-def _main_waited(op_start: np.ndarray, op_end: np.ndarray, t: np.ndarray, since: np.ndarray | None = None) -> np.ndarray:
-    """Per collective ending at t (started at `since`): whether the main thread sat blocked in it. Yes
-    when the main thread was idle at t and resumed computing within WAITED_RESUME_US after it; or
-    when it resumed up to WAITED_RESUME_US *before* t after an idle stretch of at least
-    WAITED_MIN_IDLE_US inside the collective: a gloo worker's ``gloo:<op>`` range closes after the
-    data arrived and the waiting thread was woken (measured: DDP's main thread resumed 0.5-5 ms
-    before its all-reduce's range ended; by the first rule alone, a 60 ms wait for a drilled peer
-    was not a chain point and the peer's cost in that step came out 0). The operator intervals are
-    the main thread's computing ops."""
-    busy = Intervals(op_start, op_end)
-    starts = np.sort(op_start)
-    j = np.searchsorted(starts, t, side="left")
-    nxt = np.where(j < starts.size, starts[np.minimum(j, max(starts.size - 1, 0))] if starts.size else np.inf, np.inf)
-    waited = ~busy.contains(t) & (nxt - t <= WAITED_RESUME_US)
-    if since is None or not busy.s.size:
-        return waited
-    # the idle gaps between the merged busy intervals: [busy.e[i-1], busy.s[i]), resuming at busy.s[i]
-    gap_from = np.concatenate([[-np.inf], busy.e[:-1]])
-    for n in np.flatnonzero(~waited):
-        lo, hi = np.searchsorted(busy.s, [t[n] - WAITED_RESUME_US, t[n]], side="left")
-        idle = busy.s[lo:hi] - np.maximum(gap_from[lo:hi], since[n])
-        waited[n] = bool(idle.size) and float(idle.max()) >= WAITED_MIN_IDLE_US
-    return waited
-
-
 def _coll_kind_from_kernel(name: str) -> str:
     m = re.match(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)", name)
     return m.group(1) if m else name.split("(")[0]
@@ -201,7 +115,7 @@ def _equals(values: np.ndarray, v) -> np.ndarray:
     """values == v element-wise, as Python's == (an int 5 equals 5.0, never "5"), tested once per
     distinct value (None or a float: every value, as missing values are one in the factorization).
     Missing values (code -1) equal no such v: the factorization need not test every value for
-    being missing first, as use_na_sentinel=False does (4 ms on a 20 MB rank's tid column)."""
+    being missing first, as use_na_sentinel=False would (a pass over every value of the column)."""
     try:
         if v is None or isinstance(v, float):
             raise TypeError
@@ -260,7 +174,7 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
     ts = _numeric(col("ts", np.nan))
     dur = _numeric(col("dur", np.nan))
     # names and categories factorized once: each test runs on the distinct values, and no Python
-    # string is made per event (they were 28 MB of the rank's peak memory on a 20.5 MB trace)
+    # string is made per event (one per event would be a large part of the rank's peak memory)
     nm = names if names is not None else Names.column(ev, "name", n)
     cn = cats if cats is not None else Names.column(ev, "cat", n)
     is_str = nm.where(lambda v: isinstance(v, str)) if name.dtype == object else name.notna().to_numpy()
@@ -378,7 +292,7 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
         # when the data from the slowest peer arrived.
         idx = np.flatnonzero(is_gloo)
         waited = np.zeros(n, dtype=bool)
-        waited[idx] = _main_waited(ts[computing], end[computing], end[idx], ts[idx])
+        waited[idx] = main_waited(ts[computing], end[computing], end[idx], ts[idx])
         for i in idx[np.argsort(ts[idx], kind="stable")]:
             kind = GLOO_RE.match(names[i]).group(1)
             collectives.append(

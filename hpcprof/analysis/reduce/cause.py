@@ -44,9 +44,9 @@ def _cum_columns(df: pd.DataFrame, at: str) -> list[str]:
 
 class ClockIndex:
     """The matched instances `m` (and the steps table) as arrays, once for all the step graphs
-    (cause_clock reads them per graph; with pandas' isin and map on the key strings of every
-    instance that was 3.7 ms a graph, and selecting the step's rows of the steps table with pandas
-    1.2 ms a graph, twice: for the cause and for the critical path)."""
+    (cause_clock reads them per graph: not pandas' isin and map on the key strings of every
+    instance per graph, nor a pandas selection of the step's rows of the steps table per graph,
+    twice: for the cause and for the critical path)."""
 
     def __init__(self, m: pd.DataFrame, steps: pd.DataFrame | None = None):
         codes, uniq = pd.factorize(m["key"])  # a missing key: -1
@@ -115,7 +115,8 @@ def window_excesses(g: StepGraph, clock: tuple | None) -> np.ndarray | None:
     previous collective the same rank arrived last at (the windows of one rank never overlap, so
     the same time is not counted twice where segments share a start, as on CPU ranks), and the
     others' median of all collectives in one call; each rank's excesses are then summed in the
-    order of its collectives, as one rank at a time did (1,400 medians at 16 ranks, 0.05 CPU-s)."""
+    order of its collectives, as one rank at a time did (one median call per collective, not per
+    rank and collective)."""
     if clock is None:
         return None
     ca, ce, s0, s1 = clock

@@ -28,9 +28,9 @@ Definitions (also in docs/analysis.md, "Numbers and definitions"):
   SYSTEMATIC_QUANTILE (10th percentile) over the collectives of the shortest time any rank spent
   in one (end minus arrival on its own clock: the last rank to arrive only waits for the data to
   move), since ranks that end one collective cannot be further apart than the time the data
-  takes to move. Measured on the 2-node CPU cluster, one rank per node, one physical clock: the
-  median of end differences is off by +0.03 to +0.05 ms (the second rank of a gloo all-reduce
-  ends one message later), the bound is 0.06-0.13 ms.
+  takes to move. With one physical clock behind two nodes, the median of end differences is off by
+  about one message time (the second rank of a gloo all-reduce ends one message later), and the
+  bound holds that offset.
 - a host is suspect (warning) when its uncertainty exceeds BOUND_US, or when more than
   MAX_OUTLIER_SHARE of its residuals exceed BOUND_US (a drifting or jumping clock) and the causal
   bounds do not pin the offset, or when fewer than MIN_COLLECTIVES collectives could be matched.

@@ -63,8 +63,8 @@ class CriticalPath:
                 by_rank[r] = by_rank.get(r, 0.0) + v / n
             for c, v in s["by_category_ms"].items():
                 by_cat[c] = by_cat.get(c, 0.0) + v / n
-        # the links' rows once, by step (a selection and to_dict per step was 1.2 ms a step, twice:
-        # for the recommendations and for summary.json)
+        # the links' rows once, by step (not a selection and to_dict per step, twice: for the
+        # recommendations and for summary.json)
         by_step: dict = {}
         for row in self.links.to_dict("records"):
             by_step.setdefault(row["step"], []).append(row)

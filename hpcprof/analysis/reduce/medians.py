@@ -1,7 +1,7 @@
 """Column medians ignoring NaN: `np.nanmedian(a, axis=0)`'s values, without its cost on small arrays.
 
 Why: numpy computes a nanmedian along an axis of fewer than 600 values through masked arrays
-(about 0.25 ms a call); the cause of a straggler (cause.window_excesses) takes one per step graph
+(a fixed cost per call, large next to the work on such arrays); the cause of a straggler (cause.window_excesses) takes one per step graph
 over all its collectives, the step graphs one per step. Here numpy's masked path is done on the
 plain array: the same argsort of the values with NaN filled by +inf, the two middle values of each
 column's non-NaN ones (the middle one twice when their number is odd), their sum (a reduction, as

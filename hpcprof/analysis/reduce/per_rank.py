@@ -50,7 +50,7 @@ def per_rank_table(metas: dict[int, dict], nodes: dict, steps_trace: pd.DataFram
     communication kernel is NCCL-named), and the host-side shares of the profiled steps, per rank."""
     rows = []
     # each rank's rows split off once (the same rows in the same order as a mask per rank; with the
-    # step total summed once, not four times: 16 ranks 8 -> 4.5 ms)
+    # step total summed once, not four times)
     by_rank = dict(tuple(steps_trace.groupby("rank", sort=False))) if not steps_trace.empty else {}
     stats_by_rank = dict(tuple(step_stats.groupby("rank", sort=False))) if not step_stats.empty else {}
     for r, m in metas.items():
