@@ -13,7 +13,7 @@ import pytest
 from helpers import REPO
 from hpcprof.launch.executors import (LaunchError, geometry_warnings, local_cuda_devices, make_executor,
                                       resolve_resources)
-from hpcprof.slurm.resources import SlurmResources
+from hpcprof.spec.resources import SlurmResources
 from hpcprof.spec import add_spec_arguments, load_spec, spec_from_args
 
 DEMO = REPO / "jobs" / "demo-local.toml"

@@ -19,7 +19,7 @@ import types
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..slurm.resources import SlurmResources
+from ..spec.resources import SlurmResources
 from ..spec import JobSpec
 
 

@@ -22,7 +22,7 @@ documented at its top. Rendering replaces four marked blocks of the template:
   code and the GPUs the same way.
 - ``hpcprof:args``: ``RUNS_DIR``, ``RUN_NAME`` and the spec as flags for ``python -m hpcprof.train``.
 - ``hpcprof:srun``: ``SRUN_OPTIONS``, the options of the ``srun`` starting the ranks:
-  :meth:`SlurmResources.srun_options <hpcprof.slurm.resources.SlurmResources.srun_options>` of what
+  :meth:`SlurmResources.srun_options <hpcprof.spec.resources.SlurmResources.srun_options>` of what
   the ``#SBATCH`` lines ask for, the same definition ``python -m hpcprof.submit`` hands to submitit.
 
 What the rendered geometry wastes (GPUs no rank uses, ranks bound to one core) is printed as a
@@ -35,7 +35,7 @@ the script are then shell-quoted (``shlex.quote``) as well.
 About 430 lines: the four block renderers, the checks guarding every value they write, and the
 CLI (the seam, should it grow: the ``#SBATCH`` options, :func:`sbatch_options` to
 :func:`script_resources`, with the checks they share). The checks stay here because only rendering
-needs them (the values' field-level rules are in :mod:`hpcprof.slurm.resources`; the resolution of
+needs them (the values' field-level rules are in :mod:`hpcprof.spec.resources`; the resolution of
 ranks and GPUs in :mod:`hpcprof.launch.executors`).
 """
 
@@ -53,7 +53,7 @@ from pathlib import Path
 from ..launch.executors import LaunchError, geometry_warnings, resolve_resources
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, override_items, spec_from_args, split_passthrough
-from .resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset, SlurmResources
+from ..spec.resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset, SlurmResources
 from .script_io import RenderError, read_template, write_script
 
 TEMPLATE_SUFFIX = ".sbatch"

@@ -4,7 +4,7 @@ that need several fields at once (:meth:`JobSpec.validate`).
 Fields with a fixed set of values are typed ``Literal[...]``: the valid values are read from the
 annotation (:func:`choices`), so the type, the validation and the error message ("valid values:
 ...") share one definition. TOML and value coercion are :mod:`.toml`, applying them to a spec
-:mod:`.load`; the command-line flags are :mod:`.cli`. The ``[resources]`` section is :class:`hpcprof.slurm.resources.SlurmResources`
+:mod:`.load`; the command-line flags are :mod:`.cli`. The ``[resources]`` section is :class:`hpcprof.spec.resources.SlurmResources`
 (shared with the analysis job array) plus the executor choice; the built-in trainer's own sections
 (``[model]``, ``[data]``) are :mod:`.builtin`, the ``[drills]`` section :mod:`.drills`.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Literal
 
-from ..slurm.resources import ResourcesError, SlurmResources
+from .resources import ResourcesError, SlurmResources
 from .builtin import BUILTIN_SECTIONS, Data, Model, builtin_only
 from .drills import Drills
 from .errors import SpecError

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ...launch.executors import make_executor
-from ...slurm.resources import SlurmResources
+from ...spec.resources import SlurmResources
 from ...spec.cli import add_resource_arguments, resources_from_args
 from ..errors import AnalysisError
 from ..ranks.mapper import analyze_rank
@@ -40,7 +40,7 @@ GONE_S = 30.0
 
 
 #: The analysis command's flags for the SLURM resources of its array tasks. The resources are the
-#: training job's type (:class:`hpcprof.slurm.resources.SlurmResources`): same help, same parsing,
+#: training job's type (:class:`hpcprof.spec.resources.SlurmResources`): same help, same parsing,
 #: same checks and wording; only the flag names differ (the training job says --partition).
 ARRAY_FLAGS = {
     "partition": "--slurm-partition",
