@@ -210,10 +210,10 @@ def test_existing_run_directory_is_never_overwritten(healthy):
 
 
 def test_visible_gpus_is_torchs_count_without_importing_torch_where_no_gpu_can_be():
-    """The launcher's GPU count (executors.visible_gpus skips the 2-3 s torch import where no GPU
+    """The launcher's GPU count (slurm.geometry.visible_gpus skips the 2-3 s torch import where no GPU
     device node exists) is the count the ranks' torch sees."""
     import torch
 
-    from hpcprof.launch.executors import visible_gpus
+    from hpcprof.slurm.geometry import visible_gpus
 
     assert visible_gpus() == (torch.cuda.device_count() if torch.cuda.is_available() else 0)

@@ -11,8 +11,9 @@ Executors: slurm (submitit SlurmExecutor), local (ranks as processes on this mac
 rank in this process). Default: slurm when the SLURM client commands answer, else local. Local
 runs always wait; SLURM runs wait with --wait. The run directory is printed first thing.
 
-The executor choice, resource resolution and the submitit executor are :mod:`.executors`; this
-module creates the run directory, submits, waits and reports each rank.
+The executor choice and the submitit executor are :mod:`.executors`, the resolution of ranks and
+GPUs :mod:`hpcprof.slurm.geometry`; this module creates the run directory, submits, waits and
+reports each rank.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from ..rundir import manifest as run_manifest
 from ..rundir.state import ALONE_TEXT, NO_STEP_TEXT, trained_alone
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, split_passthrough, validate_run_name
-from .executors import (LaunchError, choose_executor, geometry_warnings, local_controller_apart, make_executor,
-                        resolve_resources)
+from ..slurm.geometry import LaunchError, geometry_warnings, resolve_resources
+from .executors import choose_executor, local_controller_apart, make_executor
 from .outcome import (Interrupted, end_leftovers, ended_by_scheduler, first_failure, quiet_pdb, record_outcome, refuse_existing,
                       remove_never_started, report_hang, signals_ignored, signals_raise, stop_local_job, submission_error)
 

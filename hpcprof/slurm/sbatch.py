@@ -26,7 +26,7 @@ documented at its top. Rendering replaces four marked blocks of the template:
   the ``#SBATCH`` lines ask for, the same definition ``python -m hpcprof.submit`` hands to submitit.
 
 What the rendered geometry wastes (GPUs no rank uses, ranks bound to one core) is printed as a
-warning (:func:`hpcprof.launch.executors.geometry_warnings`); the script is still written.
+warning (:func:`hpcprof.slurm.geometry.geometry_warnings`); the script is still written.
 
 Every value is validated before anything is written: a value holding shell syntax (``;``, ``$``,
 backticks, quotes, newlines, redirections...) is refused with an error naming the field. Values in
@@ -36,7 +36,7 @@ About 430 lines: the four block renderers, the checks guarding every value they 
 CLI (the seam, should it grow: the ``#SBATCH`` options, :func:`sbatch_options` to
 :func:`script_resources`, with the checks they share). The checks stay here because only rendering
 needs them (the values' field-level rules are in :mod:`hpcprof.spec.resources`; the resolution of
-ranks and GPUs in :mod:`hpcprof.launch.executors`).
+ranks and GPUs in :mod:`.geometry`).
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from dataclasses import dataclass
 import importlib.resources
 from pathlib import Path
 
-from ..launch.executors import LaunchError, geometry_warnings, resolve_resources
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, override_items, spec_from_args, split_passthrough
 from ..spec.resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset, SlurmResources
+from .geometry import LaunchError, geometry_warnings, resolve_resources
 from .script_io import RenderError, read_template, write_script
 
 TEMPLATE_SUFFIX = ".sbatch"
