@@ -258,3 +258,14 @@ def test_slurm_options_from_the_command_line_reach_the_sbatch_parameters(tmp_pat
                      (["--slurm-mem-gb", "lots"], "--slurm-mem-gb must be an integer")):
         with pytest.raises(ValueError, match=msg):
             slurm_options_from_args(ap.parse_args(bad))
+
+
+def test_analyze_on_slurm_without_array_options_says_what_to_pass(traces, tmp_path):
+    """The analysis runs its map on SLURM through the array it is given (the analysis imports nothing
+    of the launcher): a library call that asks for the slurm executor without one is one line
+    saying what to pass, before any trace is analysed."""
+    from hpcprof.analysis import AnalysisError
+
+    with pytest.raises(AnalysisError, match=r"no SLURM array options given; pass slurm=hpcprof\.launch\.analysis_array"):
+        analyze(traces, out=tmp_path / "out", executor="slurm", progress=False)
+    assert not list((tmp_path / "out").glob("summary.json"))
