@@ -5,17 +5,18 @@ Each array task runs :func:`hpcprof.analysis.ranks.mapper.analyze_rank` on one r
 chunk of ``--array-chunk`` ranks) on a compute node and writes its small per-rank tables into the
 shared parse cache; :func:`map_on_slurm` waits for the tasks (progress bar over finished tasks) and
 returns the same list of RankResult as ``hpcprof.analysis.executors.local.map_local``, so the
-cross-rank reduce runs unchanged where the command runs.
+cross-rank reduce runs unchanged where the command runs. The trace folder, the cache folder and the
+log folder must therefore be on a file system that both this machine and the compute nodes see (the
+run directory normally is).
+
+A task that fails (killed for memory or time, node failure, a crash in the analysis) costs only its
+own ranks: each becomes a failed RankResult (``ok=False``) whose error names the file, the array
+task and its log, which the reduce turns into a warning.
 
 Why in :mod:`hpcprof.launch` and not in :mod:`hpcprof.analysis`: it submits to SLURM with the
 launcher's submitit executor and the job spec's resource flags, and the analysis imports neither.
 The analyze command builds :class:`SlurmOptions` from its flags and hands them to
-:func:`hpcprof.analysis.analyze` (``slurm=``), whose map calls :meth:`SlurmOptions.map`. The trace folder, the cache folder and the log folder must therefore be on a file
-system that both this machine and the compute nodes see (the run directory normally is).
-
-A task that fails (killed for memory or time, node failure, a crash in the analysis) costs only its
-own ranks: each becomes a failed RankResult (``ok=False``) whose error names the file, the array task and its
-log, which the reduce turns into a warning.
+:func:`hpcprof.analysis.analyze` (``slurm=``), whose map calls :meth:`SlurmOptions.map`.
 """
 
 from __future__ import annotations
