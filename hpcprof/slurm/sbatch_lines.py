@@ -19,6 +19,7 @@ from ..spec.resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset, S
 from .geometry import resolve_resources
 from .script_io import RenderError
 
+#: The two ways an #SBATCH line asks for GPUs (`--gpu-request`): --gres=gpu:N or --gpus-per-node=N.
 GPU_REQUESTS = ("gres", "gpus-per-node")
 #: The spec field each #SBATCH option comes from, for error messages (``gres`` asks for GPUs too).
 FIELD_OF_OPTION = {option: f"resources.{name}" for name, option in SBATCH_OPTION.items()}
