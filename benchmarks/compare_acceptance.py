@@ -75,7 +75,7 @@ def old_verdict(ladder: Path, a: str, b: str) -> str:
     """The earlier statistic (within-run block bootstrap, one run each, 3% floor) on the first replicates."""
     from hpcprof.compare.core import _arrays
     from hpcprof.compare.series import load_series
-    from hpcprof.compare.stats import compare_metric
+    from hpcprof.analysis.reduce.bootstrap import compare_metric
 
     xa = _arrays(load_series(a, ladder / f"{a}-r1" / "analysis"))["samples_per_s"]
     xb = _arrays(load_series(b, ladder / f"{b}-r1" / "analysis"))["samples_per_s"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcprof.compare import stats
+from hpcprof.analysis.reduce import bootstrap as stats
 from hpcprof.compare.core import _arrays
 from hpcprof.compare.series import load_series
 

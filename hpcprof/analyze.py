@@ -16,8 +16,8 @@ if __name__ == "__main__":  # before the imports below (pandas...: seconds), Ctr
     quiet_until_main("hpcprof.analyze")
 
 from hpcprof.analysis import AnalysisError, analyze, console_summary  # noqa: E402
-from hpcprof.analysis.executors.slurm_array import add_slurm_arguments, slurm_options_from_args  # noqa: E402
 from hpcprof.cliparser import ArgumentParser, main_handles_interrupts, run_guarded  # noqa: E402
+from hpcprof.launch.analysis_array import add_slurm_arguments, slurm_options_from_args  # noqa: E402
 
 __all__ = ["analyze", "main"]
 

@@ -10,7 +10,8 @@ if __name__ == "__main__":  # while the launcher's modules load, Ctrl-C is one l
 
     quiet_until_main("hpcprof.submit")
 
-from .launch.executors import choose_executor, make_executor, resolve_resources, slurm_reachable  # noqa: F401
+from .launch.executors import choose_executor, make_executor, slurm_reachable  # noqa: F401
+from .slurm.geometry import resolve_resources  # noqa: F401
 from .launch.submit import Launch, SubmitError, build_parser, launch, main, wait  # noqa: F401
 
 if __name__ == "__main__":

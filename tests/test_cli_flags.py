@@ -10,7 +10,7 @@ import re
 import pytest
 
 from helpers import run_cli
-from hpcprof.slurm.resources import SlurmResources
+from hpcprof.spec.resources import SlurmResources
 
 @pytest.mark.parametrize("module", ["hpcprof.submit", "hpcprof.sbatch", "hpcprof.train"])
 def test_typo_in_a_flag_is_one_line_with_the_suggestion(module, tmp_path):

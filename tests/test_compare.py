@@ -130,7 +130,7 @@ def test_bootstrap_keeps_drift_within_a_run_in_its_interval(monkeypatch):
     series its interval is wider than the single-step one, on white noise about as wide."""
     import numpy as np
 
-    from hpcprof.compare import stats
+    from hpcprof.analysis.reduce import bootstrap as stats
 
     rng = np.random.default_rng(1)
     drift = np.linspace(200.0, 260.0, 25) + rng.normal(0, 2, 25)

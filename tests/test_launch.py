@@ -210,10 +210,36 @@ def test_existing_run_directory_is_never_overwritten(healthy):
 
 
 def test_visible_gpus_is_torchs_count_without_importing_torch_where_no_gpu_can_be():
-    """The launcher's GPU count (executors.visible_gpus skips the 2-3 s torch import where no GPU
+    """The launcher's GPU count (slurm.geometry.visible_gpus skips the 2-3 s torch import where no GPU
     device node exists) is the count the ranks' torch sees."""
     import torch
 
-    from hpcprof.launch.executors import visible_gpus
+    from hpcprof.slurm.geometry import visible_gpus
 
     assert visible_gpus() == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def test_submit_analyze_prints_what_the_analyze_command_prints(tmp_path, capsys):
+    """`submit --analyze` runs the analysis through the library (the launcher imports no command
+    module): the user sees the lines `python -m hpcprof.analyze RUN_DIR` prints, and its exit code,
+    both for a folder it analyses and for one it refuses. (The command runs second, on the
+    outputs the first analysis left: one analysis, and the same summary either way.)"""
+    import shutil
+
+    from hpcprof.analyze import main as analyze_main
+    from hpcprof.launch.submit import analyze_run
+
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "tests" / "data" / "hta_sampled_2of128", run)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    seen = []
+    for call in (analyze_run, lambda d: analyze_main([str(d)])):
+        codes = (call(run), call(empty))
+        out, err = capsys.readouterr()
+        seen.append((codes, out, [ln for ln in err.splitlines() if "hpcprof.analyze:" in ln]))
+    assert seen[0][0] == (0, 2)
+    assert f"report: {run / 'analysis' / 'report.html'}" in seen[0][1], seen[0][1]
+    (error,) = seen[0][2]
+    assert error.startswith(f"hpcprof.analyze: error: {empty}: no trace files"), error
+    assert seen[1] == seen[0]

@@ -11,9 +11,9 @@ import copy
 import pytest
 
 from helpers import REPO
-from hpcprof.launch.executors import (LaunchError, geometry_warnings, local_cuda_devices, make_executor,
-                                      resolve_resources)
-from hpcprof.slurm.resources import SlurmResources
+from hpcprof.launch.executors import local_cuda_devices, make_executor
+from hpcprof.slurm.geometry import LaunchError, geometry_warnings, resolve_resources
+from hpcprof.spec.resources import SlurmResources
 from hpcprof.spec import add_spec_arguments, load_spec, spec_from_args
 
 DEMO = REPO / "jobs" / "demo-local.toml"

@@ -6,9 +6,9 @@ compared with the baseline window captured early in the same run.
   (``traces/capture-<k>/``) gets its own analysis in ``<out>/capture-<k>/`` (summary.json, report,
   tables, charts), with the same run directory's manifest and step records.
 - The comparison with the baseline is the job's step time over the capture's active steps against
-  the baseline's (hpcprof.compare.stats.compare_metric: a within-run bootstrap of the median, both
-  windows being of the same run), from the step records, or from the traces' ProfilerStep
-  durations where the run has none.
+  the baseline's (reduce.bootstrap.compare_metric, which ``hpcprof.compare`` uses too: a
+  within-run bootstrap of the median, both windows being of the same run), from the step
+  records, or from the traces' ProfilerStep durations where the run has none.
 - The whole run's step time, every step, with the captures marked, is :func:`run_series` (the
   report's first chart, outputs/run_timeline.py).
 
@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..rundir import RunDir
+from .reduce.bootstrap import compare_metric
 from .reduce.step_stats import read_step_records, step_seconds, step_time_source
 
 
@@ -105,8 +106,6 @@ def summarize_captures(run: RunDir, baseline: dict, captured: dict[int, dict], m
                        out_root: Path) -> list[dict]:
     """summary.json's ``captures``: every capture with why it was taken, what its analysis found,
     and its step time against the baseline's."""
-    from ..compare.stats import compare_metric
-
     series = run_series(run)
     caps = manifest_captures(manifest)
     base_cap = next((c for c in caps if c["index"] == 0), None)

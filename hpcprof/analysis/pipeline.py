@@ -63,7 +63,7 @@ def analyze(
     """Analyse a run directory or a folder of Kineto traces; write outputs; return the summary dict.
 
     `executor`: "local" (`workers` processes here) or "slurm" (a job array; `slurm`: its
-    executors.slurm_array.SlurmOptions). `timeline_steps`: the profiled steps of the merged timeline
+    hpcprof.launch.analysis_array.SlurmOptions, whose map() runs it: executors/__init__.py). `timeline_steps`: the profiled steps of the merged timeline
     (default all); `timeline_max_events`: its size budget (outputs/timeline_trace.py). `traces`:
     the folder of traces to analyse when not the run's traces/ (a capture of a triggered run, with
     the run's manifest and step records). A triggered run's captures are analysed apart, each into

@@ -25,9 +25,9 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from ..analysis.reduce.bootstrap import MIN_CHANGE_PCT
 from ..cliparser import ArgumentParser, run_guarded
 from .arms import GROUP_BY
-from .stats import MIN_CHANGE_PCT
 
 
 def default_out(paths: Sequence[str]) -> Path:

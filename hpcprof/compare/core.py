@@ -27,13 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.reduce.bootstrap import MIN_CHANGE_PCT, point
 from ..analysis.reduce.throughput import median_ci
 from ..rundir.state import describe
 from .arms import Arm, hardware_warnings, make_arms, mixed_specs, round_of, set_of, user_grouped
 from .inputs import CompareError, Resolved, check_dirs, distinct, resolve
 from .noise import CALIBRATED_METRICS
 from .series import RunSeries, load_series
-from .stats import MIN_CHANGE_PCT, MetricRuns, point, simple_change
+from .stats import MetricRuns, simple_change
 from .timing import RunTime, blocks, drift_noise, relation, run_time, span_words
 
 SIMPLE_FIGURES = ("gpu_idle_pct", "gpu_compute_pct", "gpu_non_compute_pct", "overlap_pct")

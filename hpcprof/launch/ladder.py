@@ -157,7 +157,7 @@ def _launch_rung(rung: Rung, rr: RungRun, options: list[str], out: Path, depende
     from ..rundir import RunDirError
     from ..rundir.manifest import Replicate
     from ..spec import SpecError
-    from .executors import LaunchError
+    from ..slurm.geometry import LaunchError
     from .submit import launch
 
     argv = ["--job", str(rung.file), *options, "--runs-dir", str(out), "--name", rr.name]

@@ -23,7 +23,7 @@ from ..rundir.records import unanswered
 from ..rundir import manifest as run_manifest
 from ..rundir.hangs import HANGS_DIR, run_verdict
 from ..rundir.state import pid_alive, rank_entries_here
-from .executors import LaunchError
+from ..slurm.geometry import LaunchError
 
 # sbatch / submitit messages -> what to do. Matched case-insensitively, first match wins.
 _SUBMIT_HINTS = (

@@ -11,8 +11,9 @@ Executors: slurm (submitit SlurmExecutor), local (ranks as processes on this mac
 rank in this process). Default: slurm when the SLURM client commands answer, else local. Local
 runs always wait; SLURM runs wait with --wait. The run directory is printed first thing.
 
-The executor choice, resource resolution and the submitit executor are :mod:`.executors`; this
-module creates the run directory, submits, waits and reports each rank.
+The executor choice and the submitit executor are :mod:`.executors`, the resolution of ranks and
+GPUs :mod:`hpcprof.slurm.geometry`; this module creates the run directory, submits and waits, and
+:mod:`.rank_report` reports each rank once the job has ended.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import io
 import os
 import shlex
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -35,18 +35,19 @@ from typing import Any
 
 from ..rundir import RunDir, RunDirError, default_run_name
 from ..rundir import manifest as run_manifest
-from ..rundir.state import ALONE_TEXT, NO_STEP_TEXT, trained_alone
-from ..cliparser import ArgumentParser
+from ..cliparser import ArgumentParser, run_guarded
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, split_passthrough, validate_run_name
-from .executors import (LaunchError, choose_executor, geometry_warnings, local_controller_apart, make_executor,
-                        resolve_resources)
-from .outcome import (Interrupted, end_leftovers, ended_by_scheduler, first_failure, quiet_pdb, record_outcome, refuse_existing,
-                      remove_never_started, report_hang, signals_ignored, signals_raise, stop_local_job, submission_error)
+from ..slurm.geometry import LaunchError, geometry_warnings, resolve_resources
+from .executors import choose_executor, local_controller_apart, make_executor
+from .outcome import (Interrupted, end_leftovers, ended_by_scheduler, quiet_pdb, record_outcome, refuse_existing,
+                      remove_never_started, signals_ignored, signals_raise, stop_local_job, submission_error)
+from .rank_report import EXIT_FAILED, EXIT_OK, last_step, report_ranks
 
 #: The old name of LaunchError, kept for callers of hpcprof.submit.
 SubmitError = LaunchError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: A command line refused before anything ran (EXIT_OK, EXIT_FAILED: how a job ended, .rank_report).
+EXIT_USAGE = 2
 
 
 @dataclass
@@ -135,7 +136,7 @@ def _progress(launch_: Launch, poll_s: float) -> None:
         while not launch_.job.done():
             if launch_.executor == "local":
                 _end_leftovers_now(run)
-            now = min((_last_step(run, rank) + 1 for rank in range(launch_.world_size)), default=0)
+            now = min((last_step(run, rank) + 1 for rank in range(launch_.world_size)), default=0)
             if now > done_steps:
                 bar.update(now - done_steps)
                 done_steps = now
@@ -158,10 +159,6 @@ def _end_leftovers_now(run: RunDir) -> None:
     if left:
         print(f"hpcprof: ended {len(left)} process(es) a rank that had ended left running (pids "
               f"{', '.join(map(str, left))})", file=sys.stderr)
-
-
-def _last_step(run: RunDir, rank: int) -> int:
-    return max((s["step"] for s in run.read_steps(rank) if isinstance(s, dict) and isinstance(s.get("step"), int)), default=-1)
 
 
 def _debug_outcome(launch_: Launch) -> dict[str, Any]:
@@ -197,80 +194,13 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
         _progress(launch_, poll_s)
         ended = ended_by_scheduler(launch_.executor, launch_.job)
         if ended:
-            steps = min((_last_step(run, r) + 1 for r in range(launch_.world_size)), default=0)
+            steps = min((last_step(run, r) + 1 for r in range(launch_.world_size)), default=0)
             record_outcome(run, "cancelled" if ended.startswith("CANCELLED") else "failed", error=f"SLURM: {ended}")
             log(f"hpcprof: job {launch_.job.job_id} was ended by SLURM ({ended}) after {steps} step(s) on every rank; "
                 f"not a failure of the ranks. What they wrote stays in {run.root}")
             return EXIT_FAILED
         outcomes = [_rank_outcome(launch_, r) for r in range(launch_.world_size)]
-    manifest = run.read_manifest()
-    if launch_.executor == "local":
-        left = end_leftovers(manifest)
-        if left:
-            print(f"hpcprof: ended {len(left)} process(es) the ranks left running (pids "
-                  f"{', '.join(map(str, left))}): no process of a job outlives it", file=sys.stderr)
-    nodes = {e["rank"]: e.get("node") for e in manifest.get("ranks", [])}
-    failures = run.read_failures()
-    log("")
-    log(f"{'rank':>4}  {'node':<14} {'status':<8} {'steps':>5} {'median step ms':>14}  trace")
-    recorded = 0
-    for o in outcomes:
-        rank = o["rank"]
-        steps = [s for s in run.read_steps(rank) if isinstance(s, dict) and isinstance(s.get("step_s"), (int, float))]
-        recorded += len(steps)
-        median = statistics.median(s["step_s"] for s in steps) * 1000 if steps else float("nan")
-        trace = run.trace_path(rank)
-        log(
-            f"{rank:>4}  {str(nodes.get(rank, '?')):<14} {o['status']:<8} {len(steps):>5} {median:>14.1f}  "
-            f"{trace.name if trace.exists() else '-'}"
-        )
-    failed = [o for o in outcomes if o["status"] != "ok"]
-    if report_hang(run, launch_.world_size, launch_.job.job_id, log):
-        return EXIT_FAILED
-    if not failed and not failures:
-        record_outcome(run, "completed")
-        alone = trained_alone(manifest)
-        if not recorded:  # the ranks ended cleanly having measured nothing: not a success
-            log(f"hpcprof: job {launch_.job.job_id} ended on {launch_.world_size} rank(s) without a step: {NO_STEP_TEXT}"
-                f"{'; ' + ALONE_TEXT if alone else ''}; run directory {run.root}")
-            return EXIT_FAILED
-        if alone:
-            log(f"hpcprof: job {launch_.job.job_id} ran on {launch_.world_size} rank(s), but {ALONE_TEXT}; "
-                f"run directory {run.root}")
-            return EXIT_OK
-        log(f"hpcprof: job {launch_.job.job_id} succeeded on {launch_.world_size} rank(s); run directory {run.root}")
-        return EXIT_OK
-    log("")
-    fatal = {o["rank"]: t for o in outcomes if (t := run.read_fatal(o["rank"]))}
-    root = first_failure(failures, [o["rank"] for o in failed],
-                         {o["rank"]: _last_step(run, o["rank"]) for o in outcomes}, fatal)
-    if root is not None and root["rank"] is None:  # timed out waiting for a rank not known
-        record_outcome(run, "failed", first=run_manifest.FirstFailure(rank=None, step=root.get("step"), error=str(root["error"])[:300]))
-        log(f"hpcprof: {root['error']} (step {root.get('step')})")
-    elif root is not None:
-        rank = root["rank"]
-        log_path = root.get("log") or next((o["log"] for o in outcomes if o["rank"] == rank), None)
-        node = root.get("node") or nodes.get(rank)
-        record_outcome(run, "failed", first=run_manifest.FirstFailure(rank=rank, step=root.get("step"), error=str(root.get("error"))[:300]))
-        log(
-            f"hpcprof: rank {rank} on node {node} failed at step {root.get('step')}: {root.get('error')}\n"
-            f"hpcprof: {'its last words, if any, are' if root.get('silent') else 'traceback'} in {log_path}"
-        )
-        own = sorted({f["rank"] for f in failures if f["rank"] != rank and not f.get("peer_failure")})
-        others = sorted(({f["rank"] for f in failures if f["rank"] != rank} | {o["rank"] for o in failed if o["rank"] != rank})
-                        - set(own))
-        if own:  # ranks that hit an error of their own (often the same one), not a peer's failure
-            same = all(str(f.get("error")) == str(root.get("error")) for f in failures if f["rank"] in own)
-            log(f"hpcprof: rank(s) {', '.join(map(str, own))} failed too, "
-                + ("with the same error" if same else "each with an error of its own (see failures/)"))
-        if others:
-            log(f"hpcprof: rank(s) {', '.join(map(str, others))} stopped after it (peer failure)")
-    else:
-        record_outcome(run, "failed")
-        for o in failed:
-            log(f"hpcprof: rank {o['rank']} on node {nodes.get(o['rank'])} failed: {o['error']} (log: {o['log']})")
-    log(f"hpcprof: what the ranks wrote before the failure stays in {run.root}")
-    return EXIT_FAILED
+    return report_ranks(run, launch_.executor, launch_.job.job_id, launch_.world_size, outcomes, log)
 
 
 def stop_interrupted(launched: "Launch | None", exc: Interrupted) -> str:
@@ -399,6 +329,17 @@ def _repeat(args: argparse.Namespace, spec: JobSpec, argv: list[str]) -> int:
     return max(codes) if codes else EXIT_FAILED
 
 
+def analyze_run(run_root: Path) -> int:
+    """``--analyze``: the analysis of the finished run, as ``python -m hpcprof.analyze RUN_DIR``
+    with its defaults would run it and with the same lines (its console summary, or one error line
+    naming ``hpcprof.analyze``); returns that command's exit code. Calls the analysis' library
+    function, not the command's module: the launcher sits below the commands."""
+    from ..analysis import AnalysisError, analyze
+
+    _, rc = run_guarded("hpcprof.analyze", lambda: analyze(run_root, console=True), (AnalysisError,), "analysis")
+    return EXIT_OK if rc is None else rc
+
+
 def _after_launch(args: argparse.Namespace, launched: Launch) -> int:
     do_wait = args.wait if args.wait is not None else launched.executor != "slurm"
     if launched.executor != "slurm" and args.wait is False:
@@ -410,9 +351,7 @@ def _after_launch(args: argparse.Namespace, launched: Launch) -> int:
         return EXIT_OK
     code = wait(launched, poll_s=args.poll_s)
     if code == EXIT_OK and args.analyze:
-        from ..analyze import main as analyze_main
-
-        code = analyze_main([str(launched.run.root)])
+        code = analyze_run(launched.run.root)
     elif code == EXIT_OK:
         print(f"hpcprof: analyse with: python -m hpcprof.analyze {shlex.quote(str(launched.run.root))}")
     return code

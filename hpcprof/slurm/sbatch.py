@@ -22,21 +22,20 @@ documented at its top. Rendering replaces four marked blocks of the template:
   code and the GPUs the same way.
 - ``hpcprof:args``: ``RUNS_DIR``, ``RUN_NAME`` and the spec as flags for ``python -m hpcprof.train``.
 - ``hpcprof:srun``: ``SRUN_OPTIONS``, the options of the ``srun`` starting the ranks:
-  :meth:`SlurmResources.srun_options <hpcprof.slurm.resources.SlurmResources.srun_options>` of what
+  :meth:`SlurmResources.srun_options <hpcprof.spec.resources.SlurmResources.srun_options>` of what
   the ``#SBATCH`` lines ask for, the same definition ``python -m hpcprof.submit`` hands to submitit.
 
 What the rendered geometry wastes (GPUs no rank uses, ranks bound to one core) is printed as a
-warning (:func:`hpcprof.launch.executors.geometry_warnings`); the script is still written.
+warning (:func:`hpcprof.slurm.geometry.geometry_warnings`); the script is still written.
 
 Every value is validated before anything is written: a value holding shell syntax (``;``, ``$``,
 backticks, quotes, newlines, redirections...) is refused with an error naming the field. Values in
 the script are then shell-quoted (``shlex.quote``) as well.
 
-About 430 lines: the four block renderers, the checks guarding every value they write, and the
-CLI (the seam, should it grow: the ``#SBATCH`` options, :func:`sbatch_options` to
-:func:`script_resources`, with the checks they share). The checks stay here because only rendering
-needs them (the values' field-level rules are in :mod:`hpcprof.slurm.resources`; the resolution of
-ranks and GPUs in :mod:`hpcprof.launch.executors`).
+The ``#SBATCH`` block (the template's options with the spec's resources, the geometry they ask
+for, and the value check every block uses) is :mod:`.sbatch_lines`; this module renders the other
+blocks and holds the CLI. The values' field-level rules are in :mod:`hpcprof.spec.resources`; the
+resolution of ranks and GPUs in :mod:`.geometry`.
 """
 
 from __future__ import annotations
@@ -50,18 +49,15 @@ from dataclasses import dataclass
 import importlib.resources
 from pathlib import Path
 
-from ..launch.executors import LaunchError, geometry_warnings, resolve_resources
 from ..cliparser import ArgumentParser
 from ..spec import JobSpec, SpecError, add_spec_arguments, override_items, spec_from_args, split_passthrough
-from .resources import CONSTRAINT, OPTION, SBATCH_OPTION, WORD, Charset, SlurmResources
+from ..spec.resources import CONSTRAINT, OPTION, WORD, Charset
+from .geometry import LaunchError, geometry_warnings
+from .sbatch_lines import GPU_REQUESTS, check_value, parse_sbatch_block, sbatch_options, script_resources
 from .script_io import RenderError, read_template, write_script
 
 TEMPLATE_SUFFIX = ".sbatch"
-GPU_REQUESTS = ("gres", "gpus-per-node")
 RUN_NAME = Charset(r"A-Za-z0-9._-", "letters, digits and . _ -")
-#: The spec field each #SBATCH option comes from, for error messages (``gres`` asks for GPUs too).
-FIELD_OF_OPTION = {option: f"resources.{name}" for name, option in SBATCH_OPTION.items()}
-FIELD_OF_OPTION["gres"] = "resources.gpus_per_node"
 
 
 def templates_dir() -> Path:
@@ -99,20 +95,6 @@ def template_path(name: str, directory: Path | None = None) -> Path:
 
 
 # ------------------------------------------------------------------------------ validation
-def check_value(field: str, value: str, charset: Charset = WORD, allow_space: bool = False) -> str:
-    """Refuse a value holding any character outside ``charset``, naming ``field``."""
-    value = str(value)
-    if value.strip() == "":
-        raise RenderError(f"{field}: empty value; nothing was written")
-    bad = charset.bad(value, allow_space)
-    if bad:
-        raise RenderError(f"{field} = {value!r} refused: it holds {', '.join(map(repr, bad))} "
-                          f"(allowed: {charset.description}{', spaces' if allow_space else ''}); "
-                          f"no shell syntax, quotes, backticks or newlines in a job script; "
-                          f"nothing was written")
-    return value
-
-
 def check_shell_line(field: str, line: str) -> str:
     """A setup line (``module load x``, ``source /p/bin/activate``): plain words only, rewritten
     with each word shell-quoted."""
@@ -144,105 +126,6 @@ class RenderOptions:
     gpu_request: str = ""
     """How GPUs are requested: "gres" (``--gres=gpu:N``) or "gpus-per-node"; default: as the
     template does, else gres."""
-
-
-def _parse_sbatch_block(body: str, template: Path) -> dict[str, str | None]:
-    opts: dict[str, str | None] = {}
-    for n, line in enumerate(body.splitlines(), 1):
-        m = re.fullmatch(r"#SBATCH\s+--([A-Za-z][A-Za-z0-9-]*)(?:=(\S+))?\s*", line)
-        if not m:
-            raise RenderError(f"{template}: hpcprof:sbatch block line {n} is not '#SBATCH --opt[=value]': "
-                              f"{line!r}")
-        opts[m.group(1)] = m.group(2)
-    return opts
-
-
-def _slurm_time(minutes: int) -> str:
-    days, rest = divmod(minutes, 24 * 60)
-    h, m = divmod(rest, 60)
-    return f"{days}-{h:02d}:{m:02d}:00" if days else f"{h:02d}:{m:02d}:00"
-
-
-def sbatch_options(spec: JobSpec, template_opts: dict[str, str | None],
-                   gpu_request: str = "") -> dict[str, str | None]:
-    """The template's #SBATCH options with the spec's resources applied, all validated."""
-    r = spec.resources
-    opts = dict(template_opts)
-    if gpu_request and gpu_request not in GPU_REQUESTS:
-        raise RenderError(f"--gpu-request {gpu_request!r}: valid values: {', '.join(GPU_REQUESTS)}")
-
-    def set_opt(key: str, value) -> None:
-        opts[key] = value
-
-    set_opt("job-name", r.job_name or "hpcprof")
-    for key in ("partition", "account", "qos", "constraint"):
-        if getattr(r, key):
-            set_opt(key, getattr(r, key))
-    set_opt("nodes", str(r.nodes))
-
-    # GPUs: the spec's count replaces the template's, in the template's form unless asked otherwise.
-    template_gpus = _gpus_asked(opts)
-    # GPUs and ranks per node: resolved as submit resolves them (the template's counts as defaults),
-    # on a copy: the spec keeps what the user set (render gives the ranks the script's geometry).
-    template_tasks = opts.get("ntasks-per-node") or ""
-    resolved = resolve_resources(copy.deepcopy(spec), "slurm", default_gpus=template_gpus,
-                                 default_tasks=int(template_tasks) if template_tasks.isdigit() else 0)
-    gpus = resolved.resources.gpus_per_node
-    form = gpu_request or ("gpus-per-node" if "gpus-per-node" in opts else "gres")
-    # Keep the GPU line where the template has it; drop it for a CPU-only job.
-    keys = list(opts)
-    gpu_keys = [k for k in ("gres", "gpus-per-node") if k in opts and
-                (k != "gres" or (opts[k] or "").startswith("gpu"))]
-    if gpu_keys:
-        at = keys.index(gpu_keys[0])
-    else:
-        at = keys.index("ntasks-per-node") + 1 if "ntasks-per-node" in keys else len(keys)
-    for k in gpu_keys:
-        keys.remove(k)
-    if gpus:
-        keys.insert(at, form)
-    opts = {k: opts.get(k) for k in keys}
-    if gpus:
-        opts[form] = f"gpu:{gpus}" if form == "gres" else str(gpus)
-    set_opt("ntasks-per-node", str(resolved.resources.tasks_per_node))
-    if r.cpus_per_task:
-        set_opt("cpus-per-task", str(r.cpus_per_task))
-    if r.mem_gb:
-        set_opt("mem", f"{r.mem_gb}G")
-    set_opt("time", _slurm_time(r.time_min))
-    for key, value in r.slurm_extra.items():
-        check_value(f"resources.slurm_extra key {key!r}", str(key).replace("_", "-"), OPTION)
-        set_opt(str(key).replace("_", "-"), None if value in ("", None, True, "true") else str(value))
-
-    # The template's own lines too: every value on an #SBATCH line is checked, naming its field.
-    for key, value in opts.items():
-        field = FIELD_OF_OPTION.get(key, f"resources.slurm_extra.{key}")
-        check_value(f"{field} (--{key})", key, OPTION)
-        if value is not None:
-            check_value(field, value, CONSTRAINT if key == "constraint" else WORD)
-    return opts
-
-
-def _gpus_asked(opts: dict[str, str | None]) -> int:
-    """GPUs per node that #SBATCH options ask for (``--gres=gpu[:type]:N`` or ``--gpus-per-node``)."""
-    if opts.get("gres"):
-        m = re.fullmatch(r"gpu(?::[A-Za-z0-9_-]+)?:(\d+)", opts["gres"] or "")
-        return int(m.group(1)) if m else 0
-    if opts.get("gpus-per-node"):
-        return int(re.sub(r"\D", "", opts["gpus-per-node"] or "") or 0)
-    return 0
-
-
-def script_resources(opts: dict[str, str | None]) -> SlurmResources:
-    """The geometry the rendered #SBATCH lines ask for (nodes, tasks and GPUs per node, CPUs per
-    task): whichever of the template and the spec set them. The script's srun options and the
-    render warnings come from it, so they describe the job that will run."""
-    def number(key: str, default: int) -> int:
-        value = opts.get(key) or ""
-        return int(value) if value.isdigit() else default
-
-    return SlurmResources(nodes=number("nodes", 1), tasks_per_node=number("ntasks-per-node", 1),
-                          gpus_per_node=_gpus_asked(opts), cpus_per_task=number("cpus-per-task", 0))
 
 
 def setup_lines(spec: JobSpec, options: RenderOptions, template_body: str = "") -> list[str] | None:
@@ -310,7 +193,7 @@ def render(spec: JobSpec, options: RenderOptions, command: list[str] | None = No
         raise RenderError(f"{path}: template lacks the block(s) "
                           f"{', '.join('# >>> hpcprof:' + b for b in missing)}")
 
-    opts = sbatch_options(spec, _parse_sbatch_block(blocks["sbatch"].group("body"), path),
+    opts = sbatch_options(spec, parse_sbatch_block(blocks["sbatch"].group("body"), path),
                           options.gpu_request)
     setup = setup_lines(spec, options, blocks["setup"].group("body"))
     asked = script_resources(opts)

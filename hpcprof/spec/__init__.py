@@ -17,7 +17,7 @@ TOML layout::
 
 Every field has a docstring (:mod:`.schema`, the built-in trainer's sections in :mod:`.builtin`, the
 drills in :mod:`.drills`; the SLURM fields of ``[resources]`` are in
-:mod:`hpcprof.slurm.resources`; the checks across fields are :mod:`.checks`); ``python -m
+:mod:`hpcprof.spec.resources`; the checks across fields are :mod:`.checks`); ``python -m
 hpcprof.submit --help`` shows them with their defaults, and each field can be overridden with
 ``--<section>-<field>`` (resources fields need no
 prefix: ``--nodes``, ``--partition``), or with ``--set section.field=value`` (:mod:`.cli`).

@@ -16,7 +16,7 @@ from dataclasses import fields
 from functools import lru_cache
 from typing import Literal
 
-from ..slurm.resources import ResourcesError
+from .resources import ResourcesError
 from .builtin import builtin_only
 from .errors import SpecError
 

@@ -18,7 +18,7 @@ import sys
 from dataclasses import fields
 from typing import Any, Iterator
 
-from ..slurm.resources import SlurmResources
+from .resources import SlurmResources
 from .errors import SpecError
 from .load import load_spec
 from .schema import SECTIONS, JobSpec, field_docs

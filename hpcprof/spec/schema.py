@@ -6,7 +6,7 @@ annotation (:func:`.checks.choices`), so the type, the validation and the error 
 values: ...") share one definition. The checks that need several fields at once are :mod:`.checks`
 (:meth:`JobSpec.validate`, :meth:`JobSpec.warnings`). TOML and value coercion are :mod:`.toml`, applying them to a spec
 :mod:`.load`; the command-line flags are :mod:`.cli`. The ``[resources]`` section is
-:class:`hpcprof.slurm.resources.SlurmResources`
+:class:`hpcprof.spec.resources.SlurmResources`
 (shared with the analysis job array) plus the executor choice; the built-in trainer's own sections
 (``[model]``, ``[data]``) are :mod:`.builtin`, the ``[drills]`` section :mod:`.drills`.
 """
@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..slurm.resources import SlurmResources
+from .resources import SlurmResources
 from .builtin import BUILTIN_SECTIONS, Data, Model, builtin_only
 from .checks import spec_warnings, traced_epoch_boundaries, validate_spec
 from .drills import Drills

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..slurm.resources import ResourcesError, parse_extra
+from .resources import ResourcesError, parse_extra
 from .errors import SpecError
 
 try:  # Python >= 3.11

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hpcprof.analysis import analyze
-from hpcprof.analysis.executors.slurm_array import SlurmOptions, array_resources, map_on_slurm
+from hpcprof.launch.analysis_array import SlurmOptions, array_resources, map_on_slurm
 
 REPO = Path(__file__).resolve().parents[2]
 DLRM = REPO / "tests" / "data" / "param_dlrm_8x_v100"
@@ -119,7 +119,7 @@ def test_slurm_array_summary_equals_local_pool_one_task_per_rank(slurm_cluster, 
 def test_an_exception_in_one_file_of_a_chunk_costs_only_that_file(traces, tmp_path, monkeypatch):
     """run_chunk, as an array task runs it: analyze_rank reports bad input itself, so what it catches
     is the unexpected rest (a bug, a full disk), here an error raised for one file of the chunk."""
-    from hpcprof.analysis.executors import slurm_array
+    from hpcprof.launch import analysis_array as slurm_array
 
     real = slurm_array.analyze_rank
 
@@ -193,7 +193,7 @@ def test_a_task_cancelled_before_the_array_started_is_reported_not_awaited(slurm
     """`scancel <array>_1` while the whole array is one pending job: SLURM keeps no record of that
     task (neither squeue nor sacct list it), so submitit reports it UNKNOWN forever and the analysis
     used to wait forever. It must come back with that rank failed and saying why, the other done."""
-    import hpcprof.analysis.executors.slurm_array as sa
+    import hpcprof.launch.analysis_array as sa
 
     monkeypatch.setattr(sa, "GONE_S", 4.0)
     files = sorted(traces.iterdir())[:2]
@@ -234,7 +234,7 @@ def test_a_task_cancelled_before_the_array_started_is_reported_not_awaited(slurm
 def test_slurm_options_from_the_command_line_reach_the_sbatch_parameters(tmp_path):
     import argparse
 
-    from hpcprof.analysis.executors.slurm_array import _executor, add_slurm_arguments, slurm_options_from_args
+    from hpcprof.launch.analysis_array import _executor, add_slurm_arguments, slurm_options_from_args
 
     ap = argparse.ArgumentParser()
     add_slurm_arguments(ap)
@@ -258,3 +258,14 @@ def test_slurm_options_from_the_command_line_reach_the_sbatch_parameters(tmp_pat
                      (["--slurm-mem-gb", "lots"], "--slurm-mem-gb must be an integer")):
         with pytest.raises(ValueError, match=msg):
             slurm_options_from_args(ap.parse_args(bad))
+
+
+def test_analyze_on_slurm_without_array_options_says_what_to_pass(traces, tmp_path):
+    """The analysis runs its map on SLURM through the array it is given (the analysis imports nothing
+    of the launcher): a library call that asks for the slurm executor without one is one line
+    saying what to pass, before any trace is analysed."""
+    from hpcprof.analysis import AnalysisError
+
+    with pytest.raises(AnalysisError, match=r"no SLURM array options given; pass slurm=hpcprof\.launch\.analysis_array"):
+        analyze(traces, out=tmp_path / "out", executor="slurm", progress=False)
+    assert not list((tmp_path / "out").glob("summary.json"))

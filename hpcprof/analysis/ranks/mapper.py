@@ -1,7 +1,7 @@
 """The map step: analyse ONE rank's trace alone and write small per-rank tables.
 
 `analyze_rank` is a plain function so a process pool (hpcprof.analysis.executors.local) or a SLURM
-array task (executors.slurm_array) can run it. It never looks at other ranks; the reduce reads only
+array task (hpcprof.launch.analysis_array) can run it. It never looks at other ranks; the reduce reads only
 what it writes (the Parquet tables and meta.json of a parse-cache entry, see ranks.result).
 """
 

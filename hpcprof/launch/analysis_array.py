@@ -1,15 +1,22 @@
-"""The per-rank map as a submitit job ARRAY on SLURM (``python -m hpcprof.analyze --executor slurm``).
+"""The analysis' per-rank map as a submitit job ARRAY on SLURM (``python -m hpcprof.analyze
+--executor slurm``).
 
 Each array task runs :func:`hpcprof.analysis.ranks.mapper.analyze_rank` on one rank's trace (or on a
 chunk of ``--array-chunk`` ranks) on a compute node and writes its small per-rank tables into the
 shared parse cache; :func:`map_on_slurm` waits for the tasks (progress bar over finished tasks) and
-returns the same list of RankResult as ``executors.local.map_local``, so the cross-rank reduce runs unchanged where the
-command runs. The trace folder, the cache folder and the log folder must therefore be on a file
-system that both this machine and the compute nodes see (the run directory normally is).
+returns the same list of RankResult as ``hpcprof.analysis.executors.local.map_local``, so the
+cross-rank reduce runs unchanged where the command runs. The trace folder, the cache folder and the
+log folder must therefore be on a file system that both this machine and the compute nodes see (the
+run directory normally is).
 
 A task that fails (killed for memory or time, node failure, a crash in the analysis) costs only its
-own ranks: each becomes a failed RankResult (``ok=False``) whose error names the file, the array task and its
-log, which the reduce turns into a warning.
+own ranks: each becomes a failed RankResult (``ok=False``) whose error names the file, the array
+task and its log, which the reduce turns into a warning.
+
+Why in :mod:`hpcprof.launch` and not in :mod:`hpcprof.analysis`: it submits to SLURM with the
+launcher's submitit executor and the job spec's resource flags, and the analysis imports neither.
+The analyze command builds :class:`SlurmOptions` from its flags and hands them to
+:func:`hpcprof.analysis.analyze` (``slurm=``), whose map calls :meth:`SlurmOptions.map`.
 """
 
 from __future__ import annotations
@@ -24,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...launch.executors import make_executor
-from ...slurm.resources import SlurmResources
-from ...spec.cli import add_resource_arguments, resources_from_args
-from ..errors import AnalysisError
-from ..ranks.mapper import analyze_rank
-from ..ranks.result import RankResult
+from ..analysis.errors import AnalysisError
+from ..analysis.ranks.mapper import analyze_rank
+from ..analysis.ranks.result import RankResult
+from ..spec.cli import add_resource_arguments, resources_from_args
+from ..spec.resources import SlurmResources
+from .executors import make_executor
 
 #: Seconds between two looks at the array tasks while waiting.
 POLL_S = 1.0
@@ -40,7 +47,7 @@ GONE_S = 30.0
 
 
 #: The analysis command's flags for the SLURM resources of its array tasks. The resources are the
-#: training job's type (:class:`hpcprof.slurm.resources.SlurmResources`): same help, same parsing,
+#: training job's type (:class:`hpcprof.spec.resources.SlurmResources`): same help, same parsing,
 #: same checks and wording; only the flag names differ (the training job says --partition).
 ARRAY_FLAGS = {
     "partition": "--slurm-partition",
@@ -88,6 +95,12 @@ class SlurmOptions:
         if self.array_parallelism is not None and self.array_parallelism < 1:
             raise ValueError(f"--array-parallelism {self.array_parallelism}: must be at least 1")
         return self
+
+    def map(self, files: Sequence[Path], cache_dir: str | os.PathLike, use_cache: bool, *,
+            log_dir: str | os.PathLike | None = None, progress: bool = True) -> list[RankResult]:
+        """The per-rank map of ``analyze(executor="slurm", slurm=self)``: :func:`map_on_slurm` with
+        these options (what :func:`hpcprof.analysis.executors.run_map` calls)."""
+        return map_on_slurm(files, cache_dir, use_cache, self, log_dir=log_dir, progress=progress)
 
 
 # ------------------------------------------------------------------------------------ CLI

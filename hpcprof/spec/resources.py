@@ -8,6 +8,10 @@ the same code, with the same error wording; only the name shown in an error diff
 such as ``resources.partition``, or an analysis flag such as ``--slurm-partition``), which is why
 :meth:`SlurmResources.validate` takes a ``name`` function.
 
+It lives in :mod:`hpcprof.spec` (which imports nothing else of hpcprof) so that the spec, the
+sbatch renderer (:mod:`hpcprof.slurm`) and the analysis array can all use it without importing
+each other.
+
 The allowed characters are whitelists (:class:`Charset`): these values end up on ``#SBATCH`` lines
 and in rendered job scripts, so nothing a user types may carry shell syntax, quotes or newlines.
 """
