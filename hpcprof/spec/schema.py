@@ -362,7 +362,8 @@ class JobSpec:
                 )
         ws = world_size or (self.world_size if r.tasks_per_node else None)
         for key, pair in (("drills.straggler", self.drills.straggler_rank_ms), ("drills.crash", self.drills.crash_rank_step),
-                          ("drills.hang", self.drills.hang_rank_step)):
+                          ("drills.hang", self.drills.hang_rank_step),
+                          ("drills.mismatch", self.drills.mismatch_rank_step)):
             if pair is None:
                 continue
             rank, value = pair
@@ -380,7 +381,8 @@ class JobSpec:
             raise SpecError("workload.args must be a list of strings")
         if w.args and w.builtin:
             raise SpecError("workload.args are for --entry or --script; the built-in trainer takes spec flags")
-        for key, pair in (("drills.crash", self.drills.crash_rank_step), ("drills.hang", self.drills.hang_rank_step)):
+        for key, pair in (("drills.crash", self.drills.crash_rank_step), ("drills.hang", self.drills.hang_rank_step),
+                          ("drills.mismatch", self.drills.mismatch_rank_step)):
             if pair and pair[1] >= t.steps:
                 raise SpecError(f"{key}: step {pair[1]} is never reached (train.steps = {t.steps})")
         return self
