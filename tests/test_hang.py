@@ -131,6 +131,22 @@ def test_no_rank_is_blamed_when_the_stacks_cannot_tell():
     assert v["culprit"] is None and "do not tell" in v["text"]
 
 
+def test_a_rank_in_another_collective_than_the_others_is_named_with_both_collectives():
+    v = verdict({0: _note(0, 8, 7, "all_reduce", "a"), 1: _note(1, 8, 7, "all_gather", "all_gather (x/y.py:3)"),
+                 2: _note(2, 8, 7, "all_reduce", "c")})
+    assert v["culprit"] == 1 and v["step"] == 8 and v["mismatch"] == [{"rank": 0, "collective": "all_reduce"},
+                                                      {"rank": 1, "collective": "all_gather"},
+                                                      {"rank": 2, "collective": "all_reduce"}]
+    assert v["text"].startswith("collective mismatch at step 8: rank 1 called all_gather where ranks 0, 2 called "
+                                "all_reduce; rank 1 was in all_gather (x/y.py:3)"), v["text"]
+
+
+def test_two_ranks_in_two_collectives_are_a_mismatch_that_blames_neither():
+    v = verdict({0: _note(0, 8, 7, "all_reduce", "a"), 1: _note(1, 8, 7, "broadcast", "b")})
+    assert v["culprit"] is None and [m["collective"] for m in v["mismatch"]] == ["all_reduce", "broadcast"]
+    assert "collective mismatch at step 8" in v["text"] and "rank 0 in all_reduce; rank 1 in broadcast" in v["text"]
+
+
 # ------------------------------------------------------------------ the drill, end to end
 @pytest.fixture(scope="module")
 def hung_api_run(tmp_path_factory):
@@ -245,3 +261,22 @@ def test_the_watchdog_never_fires_between_steps(tmp_path):
     time.sleep(1.5)
     w.stop()
     assert fired == []
+
+
+def test_a_rank_that_calls_a_collective_the_others_do_not_is_named_with_both_collectives(tmp_path):
+    """The mismatch drill (``--inject-mismatch 1:4``): at step 4 rank 1 calls an all_gather that ranks
+    0 and 2 never call; they wait in DDP's gradient all-reduce. 3 local ranks, so that the stray
+    rank is the minority."""
+    (tmp_path / "s.py").write_text(API_SCRIPT)
+    proc, took = _submit(tmp_path, "--script", "s.py", "--name", "m", "--tasks-per-node", "3",
+                         "--inject-mismatch", "1:4", "--train-hang-timeout-s", "10")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and took < DEADLINE_S, (took, out)
+    assert ("collective mismatch at step 4: rank 1 called all_gather where ranks 0, 2 called backward "
+            "(DDP's gradient all-reduce)") in out, out
+    run = RunDir(tmp_path / "runs" / "m")
+    st = run_state(run.root)
+    assert st.state == "hung" and st.failed_rank == 1 and st.hang["mismatch"][1] == {"rank": 1, "collective": "all_gather"}, st.hang
+    assert run.read_manifest()["drills"]["mismatch"] == {"rank": 1, "step": 4}
+    assert "in stray_collective" in (run.root / read_hangs(run)[1]["stack_file"]).read_text()
+    assert _no_rank_alive(_rank_pids(run)), "a process of the hung job is still running"

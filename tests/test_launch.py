@@ -97,7 +97,7 @@ def test_manifest_has_job_versions_and_per_rank_entries(healthy):
     assert m["spec"]["model"]["arch"] == "resnet18"
     assert {"torch", "cuda", "nccl", "hta", "submitit"} <= set(m["versions"])
     assert m["versions"]["torch"] and m["versions"]["hta"] and m["versions"]["submitit"]
-    assert m["drills"] == {"straggler": None, "crash": None, "clock_skew": None, "hang": None}
+    assert m["drills"] == {"straggler": None, "crash": None, "clock_skew": None, "hang": None, "mismatch": None}
     assert [e["rank"] for e in m["ranks"]] == [0, 1]
     walls = []
     for e in m["ranks"]:

@@ -32,14 +32,18 @@ class RankDrills:
     clock_skew_ms: float = 0.0
     hang_step: int | None = None
     """The step in which this rank sleeps forever (the hang drill), or None."""
+    mismatch_step: int | None = None
+    """The step in which this rank calls a collective the others do not (the mismatch drill), or None."""
 
     @classmethod
     def for_rank(cls, drills: Drills, rank: int, node: str | None = None) -> "RankDrills":
         s, c, k, h = drills.straggler_plan, drills.crash_rank_step, drills.clock_skew_node_ms, drills.hang_rank_step
+        m = drills.mismatch_rank_step
         mine = bool(s and s.rank == rank)
         return cls(rank, s.ms / 1000.0 if mine else 0.0, s.every if mine else 1, s.first if mine else 0,
                    s.last if mine else None, c[1] if c and c[0] == rank else None,
-                   k[1] if k and node is not None and k[0] == node else 0.0, h[1] if h and h[0] == rank else None)
+                   k[1] if k and node is not None and k[0] == node else 0.0, h[1] if h and h[0] == rank else None,
+                   m[1] if m and m[0] == rank else None)
 
     def before_step(self, step: int) -> None:
         if self.crash_step is not None and step == self.crash_step:
@@ -48,9 +52,12 @@ class RankDrills:
     def hang(self, step: int) -> None:
         """The hang drill: in its step this rank never returns (it sleeps forever, before the step's
         work and collectives), so its peers wait for it in their next collective. Only the hang
-        watchdog (hpcprof.rank.hang), a signal or the job's end stops it."""
+        watchdog (hpcprof.rank.hang), a signal or the job's end stops it. The mismatch drill acts
+        at the same point: the rank calls a collective its peers do not (:func:`stray_collective`)."""
         if self.hang_step is not None and step == self.hang_step:
             hang_forever()
+        if self.mismatch_step is not None and step == self.mismatch_step:
+            stray_collective()
 
     def sleeps_at(self, step: int) -> bool:
         """Whether the straggler drill acts in global step `step` (a multiple of sleep_every inside
@@ -75,6 +82,22 @@ class RankDrills:
             torch.cuda.current_stream().synchronize()
         time.sleep(self.sleep_s)
         return time.perf_counter() - t
+
+
+def stray_collective() -> None:
+    """The mismatch drill's collective: an all_gather of one number on the default process group,
+    which the other ranks never call at this point; they wait in their own next collective (DDP's
+    gradient all-reduce) and this rank in this one, so the job hangs. Without a process group (a
+    single process) there is nothing to mismatch."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return
+    one = torch.zeros(1)
+    if dist.get_backend() == "nccl":
+        one = one.cuda()
+    dist.all_gather([torch.zeros_like(one) for _ in range(dist.get_world_size())], one)
 
 
 def hang_forever() -> None:

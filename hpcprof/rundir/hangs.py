@@ -10,8 +10,12 @@ the rank's main thread was doing, read from that file by :func:`waiting_in`.
 The verdict (:func:`verdict`): a rank whose main thread is NOT in a collective is the culprit (it
 never reached the collective its peers wait in: a deadlocked data loader, a stuck read, the hang
 drill's sleep); so is a rank whose last completed step is lower than the others'. The other ranks
-were waiting for it. When every rank waited in a collective at the same step, the stacks cannot
-tell, and the verdict says so instead of naming one.
+were waiting for it. When every rank waited in a collective at the same step but not all in the
+same one, the job hung on a collective mismatch (a branch only some ranks took): the ranks whose
+collective differs from the one most ranks wait in are named, with both collectives; with no
+majority (two ranks, two collectives) both collectives are named and no rank is blamed. When every
+rank waited in the same collective at the same step, the stacks cannot tell, and the verdict says
+so instead of naming one.
 
 Defined here, next to the run directory's other records, because the ranks write the notes and
 both the launcher (``submit``) and the analysis read them.
@@ -164,7 +168,8 @@ def where_and_caller(frames: list[Frame]) -> tuple[str | None, str | None]:
 def verdict(notes: dict[int, dict[str, Any]], world_size: int | None = None) -> dict[str, Any] | None:
     """Who the job waited for, from the hang notes (None without any). Returns {"culprit": rank or
     None, "step", "where", "waiters": [{"rank", "collective", "step"}], "silent": [ranks without a
-    note], "text": one line}. See the module docstring for the rule."""
+    note], "text": one line}, and "mismatch" ([{"rank", "collective"}] of every rank with a note)
+    when the ranks hung in different collectives. See the module docstring for the rule."""
     if not notes:
         return None
     done = {r: n.get("last_completed_step") for r, n in notes.items()}
@@ -178,6 +183,9 @@ def verdict(notes: dict[int, dict[str, Any]], world_size: int | None = None) -> 
     waiters = [{"rank": r, "collective": n.get("collective"), "step": n.get("step")}
                for r, n in sorted(notes.items()) if r not in culprits]
     if not culprits:
+        mismatch = _mismatch(notes, silent)
+        if mismatch is not None:
+            return mismatch
         steps = sorted({str(n.get("step")) for n in notes.values()})
         each = "; ".join(f"rank {w['rank']} in {w['collective']}" for w in waiters)
         text = (f"every rank hung in a collective at step {'/'.join(steps)} ({each}); the stacks do not tell "
@@ -204,6 +212,56 @@ def verdict(notes: dict[int, dict[str, Any]], world_size: int | None = None) -> 
     if silent:
         text += f"; rank(s) {', '.join(map(str, silent))} left no hang note"
     return {"culprit": culprits[0], "step": step, "where": where, "waiters": waiters, "silent": silent, "text": text}
+
+
+def _mismatch(notes: dict[int, dict[str, Any]], silent: list[int]) -> dict[str, Any] | None:
+    """The verdict of ranks that all hung in a collective at one step, not all in the same one
+    (None when they are in the same collective, or at different steps: not a mismatch)."""
+    if len({n.get("step") for n in notes.values()}) != 1:
+        return None
+    called = {r: str(n.get("collective")) for r, n in sorted(notes.items())}
+    kinds: dict[str, list[int]] = {}
+    for r, c in called.items():
+        kinds.setdefault(c, []).append(r)
+    if len(kinds) < 2:
+        return None
+    step = next(iter(notes.values())).get("step")
+    at = f"at step {step}" if step is not None else "between steps"
+    most = max(len(v) for v in kinds.values())
+    majority = [c for c, v in kinds.items() if len(v) == most]
+    parts = "; ".join(f"{_ranks(v)} in {c}" for c, v in kinds.items())
+    if len(majority) > 1:
+        text = (f"collective mismatch {at}: the ranks hung in different collectives ({parts}); a branch only "
+                "some ranks took, but the stacks do not tell which side strayed")
+        waiters = [{"rank": r, "collective": c, "step": step} for r, c in called.items()]
+        return {"culprit": None, "step": step, "where": None, "waiters": waiters, "silent": silent,
+                "mismatch": _listed(called), "text": text}
+    usual = majority[0]
+    strays = sorted(r for r, c in called.items() if c != usual)
+    first = notes[strays[0]]
+    text = (f"collective mismatch {at}: rank {strays[0]} called {called[strays[0]]} where {_ranks(kinds[usual])} "
+            f"called {usual}")
+    others = [r for r in strays[1:]]
+    if others:
+        text += "; " + "; ".join(f"rank {r} called {called[r]}" for r in others)
+    where = first.get("where")
+    if where:
+        text += f"; rank {strays[0]} was in {where}"
+        if first.get("caller") and first["caller"] != where:
+            text += f", called from {first['caller']}"
+    if silent:
+        text += f"; rank(s) {', '.join(map(str, silent))} left no hang note"
+    waiters = [{"rank": r, "collective": c, "step": notes[r].get("step")} for r, c in called.items() if c == usual]
+    return {"culprit": strays[0], "step": step, "where": where, "waiters": waiters, "silent": silent,
+            "mismatch": _listed(called), "text": text}
+
+
+def _listed(called: dict[int, str]) -> list[dict[str, Any]]:
+    return [{"rank": r, "collective": c} for r, c in called.items()]
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 
 def run_verdict(run: RunDir, world_size: int | None = None) -> dict[str, Any] | None:

@@ -60,6 +60,13 @@ class HangDrill:
 
 
 @dataclass
+class MismatchDrill:
+    rank: int
+    step: int
+    """In this step that rank calls a collective (all_gather) that the others do not."""
+
+
+@dataclass
 class ClockSkewDrill:
     node: str
     ms: float
@@ -74,15 +81,17 @@ class Drills:
     crash: CrashDrill | None = None
     clock_skew: ClockSkewDrill | None = None
     hang: HangDrill | None = None
+    mismatch: MismatchDrill | None = None
 
     @classmethod
     def from_spec(cls, drills) -> "Drills":
         """From the spec's [drills] section (hpcprof.spec.Drills)."""
         s, c = drills.straggler_plan, drills.crash_rank_step
-        k, h = drills.clock_skew_node_ms, drills.hang_rank_step
+        k, h, m = drills.clock_skew_node_ms, drills.hang_rank_step, drills.mismatch_rank_step
         return cls(StragglerDrill(s.rank, s.ms, s.every, s.first, s.last) if s else None,
                    CrashDrill(c[0], c[1]) if c else None,
-                   ClockSkewDrill(k[0], k[1]) if k else None, HangDrill(h[0], h[1]) if h else None)
+                   ClockSkewDrill(k[0], k[1]) if k else None, HangDrill(h[0], h[1]) if h else None,
+                   MismatchDrill(m[0], m[1]) if m else None)
 
 
 @dataclass

@@ -184,7 +184,8 @@ def validate_spec(spec, world_size: int | None = None) -> None:
             )
     ws = world_size or (spec.world_size if r.tasks_per_node else None)
     for key, pair in (("drills.straggler", spec.drills.straggler_rank_ms),
-                      ("drills.crash", spec.drills.crash_rank_step), ("drills.hang", spec.drills.hang_rank_step)):
+                      ("drills.crash", spec.drills.crash_rank_step), ("drills.hang", spec.drills.hang_rank_step),
+                      ("drills.mismatch", spec.drills.mismatch_rank_step)):
         if pair is None:
             continue
         rank, value = pair
@@ -202,6 +203,7 @@ def validate_spec(spec, world_size: int | None = None) -> None:
         raise SpecError("workload.args must be a list of strings")
     if w.args and w.builtin:
         raise SpecError("workload.args are for --entry or --script; the built-in trainer takes spec flags")
-    for key, pair in (("drills.crash", spec.drills.crash_rank_step), ("drills.hang", spec.drills.hang_rank_step)):
+    for key, pair in (("drills.crash", spec.drills.crash_rank_step), ("drills.hang", spec.drills.hang_rank_step),
+                      ("drills.mismatch", spec.drills.mismatch_rank_step)):
         if pair and pair[1] >= t.steps:
             raise SpecError(f"{key}: step {pair[1]} is never reached (train.steps = {t.steps})")

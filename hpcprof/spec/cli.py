@@ -29,6 +29,7 @@ FLAG_ALIASES: dict[str, str] = {
     "drills.straggler": "--inject-straggler",
     "drills.crash": "--inject-crash",
     "drills.hang": "--inject-hang",
+    "drills.mismatch": "--inject-mismatch",
     "drills.clock_skew": "--inject-clock-skew",
     "workload.entry": "--entry",
     "workload.script": "--script",

@@ -30,6 +30,11 @@ class Drills:
     the straggler drill sleeps): the others wait for it in their next collective, as behind a rank
     stuck in its data loader. The hang watchdog (train.hang_timeout_s) must end the job and name it.
     Empty: off."""
+    mismatch: str = ""
+    """"RANK:STEP": in that step, before its work, that rank calls a collective the others do not
+    (an all_gather, as a branch only one rank took would): every rank then waits in a different
+    collective, and the job hangs. The hang watchdog (train.hang_timeout_s) must end the job and
+    name the rank and both collectives. Empty: off."""
     clock_skew: str = ""
     """"NODE:MS": the ranks on node NODE (its host name) write every trace timestamp shifted by MS
     milliseconds (negative: behind), as a host with an unsynchronised clock would. The analysis
@@ -87,6 +92,11 @@ class Drills:
     def hang_rank_step(self) -> tuple[int, int] | None:
         """The hang drill as (rank, step), or None when off."""
         return _parse_pair(self.hang, "drills.hang", "RANK:STEP", int) if self.hang else None
+
+    @property
+    def mismatch_rank_step(self) -> tuple[int, int] | None:
+        """The collective-mismatch drill as (rank, step), or None when off."""
+        return _parse_pair(self.mismatch, "drills.mismatch", "RANK:STEP", int) if self.mismatch else None
 
 
 @dataclass(frozen=True)
