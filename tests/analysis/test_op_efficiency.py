@@ -141,3 +141,65 @@ def test_gemm_tflops_on_the_dlrm_traces_equal_the_traces_own_figures(replayed_se
     row = table.dropna(subset=["tflops_median"]).iloc[0]
     assert row["peak_pct_median"] == pytest.approx(100 * row["tflops_median"] / 15.7, rel=0.01)
     assert row["calls"] >= 8 and row["ranks"] == 8
+
+
+def _train_on_cpu(trace: Path) -> None:
+    """A user's small CPU training loop (a strided convolution, a linear layer, causal attention),
+    profiled with record_shapes as the PyTorch profiler tutorial does."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y, q = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,)), torch.randn(2, 4, 16, 8)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for step in range(2):
+            with record_function(f"ProfilerStep#{step}"):
+                loss = F.cross_entropy(model(x), y) + F.scaled_dot_product_attention(q, q, q, is_causal=True).sum()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+    prof.export_chrome_trace(str(trace))
+
+
+def test_cpu_training_loop_counts_flops_from_its_recorded_shapes(tmp_path):
+    """Real PyTorch shapes and Concrete Inputs (conv2d -> mkldnn_convolution, convolution_backward,
+    addmm/mm, sdpa -> _scaled_dot_product_flash_attention_for_cpu): the FLOPs of the model by hand."""
+    from hpcprof.analysis.ranks.mapper import analyze_rank
+
+    _train_on_cpu(tmp_path / "rank0.pt.trace.json")
+    res = analyze_rank(tmp_path / "rank0.pt.trace.json", tmp_path / "cache")
+    rank = res.meta["op_efficiency"]
+    # forward conv: 2*N*Cout*Hout*Wout*Cin*Kh*Kw with Hout = (16 + 2 - 3)//2 + 1 = 8; its backward asks
+    # for the weight gradient only (the input needs none): once more
+    conv = 2 * 4 * 8 * 8 * 8 * 3 * 3 * 3
+    linear = 2 * 4 * 10 * 512  # forward addmm; backward: grad input (4x10 @ 10x512) and grad weight (10x4 @ 4x512)
+    attention = 4 * 2 * 4 * 16 * 16 * 8 / 2  # causal
+    steps = 2
+    assert rank["calls_with_flops"] == rank["calls"]
+    assert rank["by_kind"]["conv"]["flops"] == steps * 2 * conv
+    assert rank["by_kind"]["gemm"]["flops"] == steps * 3 * linear
+    assert rank["by_kind"]["attention"]["flops"] == steps * attention
+    assert rank["tflops"] is None and "CPU run" in rank["null_reasons"]["tflops"]
+
+
+def test_cpu_run_report_says_in_one_line_why_there_is_no_efficiency(tmp_path, parse_cache):
+    import shutil
+
+    from hpcprof.analysis import analyze
+
+    from .conftest import TRACES
+
+    src = tmp_path / "cpu"
+    src.mkdir()
+    for f in sorted((TRACES / "hta_tests" / "cpu_only").glob("*.json.gz")):
+        shutil.copy(f, src / f.name)
+    s = analyze(src, out=tmp_path / "an", workers=1, progress=False, cache_dir=parse_cache)
+    why = s["op_efficiency"]["null_reason"]
+    assert why.startswith("CPU run: no GPU kernels") and "\n" not in why
+    html = Path(s["outputs"]["report"]).read_text()
+    assert f"No operator efficiency: {why}." in html
+    assert "efficiency" not in s["outputs"]["plots"]

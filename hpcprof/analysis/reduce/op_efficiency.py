@@ -39,14 +39,21 @@ def op_efficiency(metas: dict[int, dict], table: pd.DataFrame) -> dict[str, Any]
     for f in ACROSS:
         have = [(r[f], r["rank"]) for r in rows if r[f] is not None]
         if not have:
-            reason = next((r["null_reasons"].get(f) for r in rows if r["null_reasons"].get(f)), NO_OPS)
+            reason = next((r["null_reasons"].get(f) for r in rows if r["null_reasons"].get(f)), _no_ops(metas))
             across[f] = {"min": None, "min_rank": None, "median": None, "max": None, "max_rank": None, "ranks": 0,
                          "null_reason": reason}
             continue
         lo, hi = min(have), max(have, key=lambda x: (x[0], -x[1]))
         across[f] = {"min": lo[0], "min_rank": lo[1], "median": float(np.median([v for v, _ in have])), "max": hi[0],
                      "max_rank": hi[1], "ranks": len(have), "null_reason": None}
-    return {"per_rank": rows, "across_ranks": across, "null_reason": None if rows else NO_OPS}
+    return {"per_rank": rows, "across_ranks": across, "null_reason": None if rows else _no_ops(metas)}
+
+
+def _no_ops(metas: dict[int, dict]) -> str:
+    """Why no rank has a counted operator: a CPU run first (no kernels: nothing to measure even with shapes)."""
+    if metas and all(m.get("device") == "cpu" for m in metas.values()):
+        return f"CPU run: no GPU kernels, so no device time, TFLOP/s or share of peak; and {NO_OPS}"
+    return NO_OPS
 
 
 def op_efficiency_table(table: pd.DataFrame) -> pd.DataFrame:
