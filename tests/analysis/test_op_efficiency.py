@@ -203,3 +203,14 @@ def test_cpu_run_report_says_in_one_line_why_there_is_no_efficiency(tmp_path, pa
     html = Path(s["outputs"]["report"]).read_text()
     assert f"No operator efficiency: {why}." in html
     assert "efficiency" not in s["outputs"]["plots"]
+
+
+def test_report_shows_the_efficiency_table_and_chart_for_a_gpu_set(replayed_sets):
+    _src, s, _ = replayed_sets["dlrm"]
+    chart = Path(s["outputs"]["plots"]["efficiency"])
+    assert chart.name == "op_efficiency.png" and chart.stat().st_size > 0
+    html = Path(s["outputs"]["report"]).read_text()
+    section = html[html.index("<section id='efficiency'>"):]
+    section = section[:section.index("</section>")]
+    assert "Per operator and shape" in section and "aten::addmm" in section and "Tesla V100-SXM2-32GB" in section
+    assert "<img" in section and "MFU over the profiled steps: median" in section
