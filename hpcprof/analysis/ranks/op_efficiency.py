@@ -70,7 +70,12 @@ def op_calls(ev: pd.DataFrame, names: Names, cats: Names) -> tuple[pd.DataFrame,
     op_i = np.flatnonzero(ok & cats.where(lambda u: u == "cpu_op") & names.where(lambda u: u in OPS))
     if not op_i.size:
         return pd.DataFrame(), bool(kern.size)
-    tid = pd.factorize(ev["tid"].astype(str).to_numpy())[0]
+    corr = _num(ev["correlation"]) if "correlation" in ev else np.full(len(ev), np.nan)
+    rt = np.flatnonzero(ok & cats.where(one_of(RUNTIME_CATS)) & np.isfinite(corr)) if kern.size else np.empty(0, dtype=np.int64)
+    # thread codes (equal texts, one thread) of the rows walked only: the operators and runtime calls
+    rows = np.concatenate([op_i, rt])
+    tid = np.full(len(ev), -1, dtype=np.int64)
+    tid[rows] = pd.factorize(ev["tid"].iloc[rows].astype(str).to_numpy())[0]
     # innermost: sorted by (thread, start, longest first), a call encloses another iff the next one
     # on its thread starts before it ends
     o = op_i[np.lexsort((-dur[op_i], ts[op_i], tid[op_i]))]
@@ -79,14 +84,12 @@ def op_calls(ev: pd.DataFrame, names: Names, cats: Names) -> tuple[pd.DataFrame,
     encloses[:-1] = (tid[o[1:]] == tid[o[:-1]]) & (ts[o[1:]] < end[:-1])
     o, end = o[~encloses], end[~encloses]
 
-    corr = _num(ev["correlation"]) if "correlation" in ev else np.full(len(ev), np.nan)
     dev_us = np.zeros(o.size)
     tf32 = np.zeros(o.size, dtype=bool)
     if kern.size:
         kname = names.take(kern)
         k_tf32 = kname.where(lambda u: isinstance(u, str) and "tf32" in u.lower())
         by_corr = pd.DataFrame({"c": corr[kern], "d": dur[kern], "t": k_tf32}).groupby("c").agg(d=("d", "sum"), t=("t", "max"))
-        rt = np.flatnonzero(ok & cats.where(one_of(RUNTIME_CATS)) & np.isfinite(corr))
         g = by_corr.reindex(corr[rt])
         rt_d, rt_t = g["d"].fillna(0.0).to_numpy(float), g["t"].fillna(False).to_numpy(bool)
         # per thread, the runtime calls in start order; a call's kernels are those of the runtime
