@@ -55,6 +55,8 @@ OWN_ARGS = (
     ("occupancy_pct", "est. achieved occupancy %"),
     ("device", "device"),
     ("external_id_lc", "external id"),  # older Kineto's spelling of "External id"
+    # scalar and list arguments of operators (PyTorch 2.x record_shapes): conv stride/padding, is_causal
+    ("concrete_inputs", "Concrete Inputs"),
 )
 TOP_LEVEL = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "s")
 # top-level trace keys kept as metadata (everything Kineto writes besides traceEvents)

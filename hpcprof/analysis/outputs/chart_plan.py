@@ -15,13 +15,13 @@ def _col(df: pd.DataFrame | None, c: str) -> pd.Series:
     return df[c].dropna() if df is not None and not df.empty and c in df else pd.Series(dtype=float)
 
 
-ORDER = ("stragglers", "idle", "step_heatmap", "overlap", "kernel_types", "operators", "launches", "critical_path")
+ORDER = ("stragglers", "idle", "step_heatmap", "overlap", "kernel_types", "operators", "launches", "critical_path", "efficiency")
 """The charts, in the order the summary and the report list them."""
 EARLY = ("idle", "step_heatmap", "overlap", "kernel_types", "operators", "launches")
 """Charts of per-rank numbers only (reduce.crossrank.RankNumbers and reduce.views.rank_views): the
 pipeline starts drawing them before the what-if replay ends."""
-LATE = ("stragglers", "critical_path")
-"""Charts of the what-if replay and the critical path: drawn once the reduce has ended."""
+LATE = ("stragglers", "critical_path", "efficiency")
+"""Charts of the what-if replay, the critical path and operator efficiency: drawn once the reduce has ended."""
 
 
 def in_order(d: dict) -> dict:
@@ -45,6 +45,12 @@ def nothing_to_show(red, views: dict[str, pd.DataFrame], keys=ORDER) -> dict[str
         if cp is None or cp.links.empty:
             why["critical_path"] = ("one rank analysed; the cross-rank critical path needs two ranks or more" if n_ranks < 2
                                     else "no profiled step could be replayed (no collective matched across ranks)")
+    if "efficiency" in keys:
+        ops = getattr(red, "op_efficiency_table", None)
+        if ops is None or ops.empty or ops["tflops_median"].isna().all():
+            e = getattr(red, "op_efficiency", None) or {}
+            tf = (e.get("across_ranks") or {}).get("tflops") or {}
+            why["efficiency"] = tf.get("null_reason") or e.get("null_reason") or "no operator with FLOPs and device time"
     early = [k for k in keys if k in EARLY]
     if early:
         why.update({k: v for k, v in _per_rank_reasons(red, views).items() if k in early})

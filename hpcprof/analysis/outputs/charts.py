@@ -126,4 +126,6 @@ def draw_charts(charts: Charts, red: Reduced, out: AnalysisDir, views: dict, omi
         charts.draw("launch_chart", views["launch_summary"], nodes, plots["launches"])
     if want("critical_path"):
         charts.draw("critical_path_chart", red.critical_path.links, nodes, plots["critical_path"])
+    if want("efficiency"):
+        charts.draw("efficiency_chart", red.op_efficiency_table, plots["efficiency"])
     return plots

@@ -28,6 +28,7 @@ PLOT_FILES = {
     "operators": "operators.png",
     "launches": "launches.png",
     "critical_path": "critical_path.png",
+    "efficiency": "op_efficiency.png",
 }
 """Chart key (summary.json outputs.plots) -> file name under plots/."""
 

@@ -24,6 +24,7 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.colors import LinearSegmentedColormap, TwoSlopeNorm, to_rgba_array  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from .efficiency_section import efficiency_chart  # noqa: E402,F401  (drawn by name: charts._draw)
 from .rank_axis import axis_inches, rank_ticks, visible_width  # noqa: E402
 from .rank_axis import labels as _labels  # noqa: E402
 

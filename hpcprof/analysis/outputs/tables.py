@@ -29,6 +29,7 @@ def output_tables(red: Reduced) -> dict[str, pd.DataFrame]:
         "whatif_steps": red.whatif.steps if red.whatif is not None else pd.DataFrame(),
         "critical_path": red.critical_path.links if red.critical_path is not None else pd.DataFrame(),
         "gpu_summary": gpu_summary_table(red.gpu_summary) if red.gpu_summary is not None else pd.DataFrame(),
+        "op_efficiency": red.op_efficiency_table if red.op_efficiency_table is not None else pd.DataFrame(),
     }
     if not red.steps.records.empty:
         tables["steps_all"] = red.steps.records

@@ -26,13 +26,14 @@ from ..decode.stream import read_event_table
 from .categories import CategoryClock
 from .comm_kernels import Names
 from .gpu_summary import rank_gpu_summary
+from .op_efficiency import rank_efficiency
 from .operators import operator_table
 from .result import RankResult, write_table
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
 from .timeline_piece import PIECE, timeline_piece
 
 TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernel_type_hpcprof", "kernels_top", "kernels_all", "operators",
-          "launch_stats", PIECE)
+          "launch_stats", "op_efficiency", PIECE)
 
 
 def analyze_rank(
@@ -137,9 +138,15 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         piece_problem = f"{trace_path.name}: not on the merged timeline ({type(exc).__name__}: {exc})"
     tl = build_timeline(table, names, cats)
     write_table(operator_table(table, cats=cats), out / "operators.parquet")
-    del names, cats
     warnings = list(tm.warnings) + ([piece_problem] if piece_problem else [])
     name = trace_path.name
+    try:  # FLOPs, TFLOP/s and share of peak of GEMMs, convolutions, attention (ranks/op_efficiency.py)
+        eff_table, eff = rank_efficiency(table, names, cats, tm.device_properties, tl.steps)
+        write_table(eff_table, out / "op_efficiency.parquet")
+    except Exception as exc:
+        eff = None
+        warnings.append(f"{name} (rank {tm.rank}): no operator efficiency ({type(exc).__name__}: {exc})")
+    del names, cats
     if skipped:
         warnings.append(f"{name} (rank {tm.rank}): {skipped} entries of traceEvents are not JSON objects and were skipped")
     if dropped:
@@ -228,6 +235,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         "control_left_out": tl.control_left_out,
         "warnings": warnings,
         "gpu_summary": gsum,
+        "op_efficiency": eff,
         **gpu,
     }
     (out / cache.META).write_text(json.dumps(meta, indent=1))

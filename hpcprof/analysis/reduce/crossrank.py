@@ -21,6 +21,7 @@ from . import whatif
 from .communication import comm_share_pct, communication, ours_kernel_types
 from .critical_path import CriticalPath, critical_paths
 from .gpu_summary import gpu_summary
+from .op_efficiency import op_efficiency, op_efficiency_table
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
@@ -86,6 +87,10 @@ class Reduced(RankNumbers):
     """Why the ranks trained alone (reduce.workload.trained_alone), or None."""
     gpu_summary: dict | None = None
     """summary.json `gpu_summary` (reduce.gpu_summary): the profiler plugin's GPU figures per rank and across ranks."""
+    op_efficiency: dict | None = None
+    """summary.json `op_efficiency` (reduce.op_efficiency): FLOPs, TFLOP/s, share of peak and MFU per rank and across ranks."""
+    op_efficiency_table: pd.DataFrame | None = None
+    """tables/op_efficiency: per operator, input shapes and dtype, achieved TFLOP/s across ranks."""
 
 
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
@@ -186,6 +191,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
                            comm=comm, critical=crit.summary())
     if state.state in ENDED_BADLY and steps_trace.empty:
         recs = []  # nothing but a cut-off step to derive them from (warned above)
+    eff_rows = rank_table(keep, "op_efficiency")
     return Reduced(
         run_state=state.to_dict(), metas=metas, nodes=nodes, device=device, steps_trace=steps_trace, steps=steps, per_rank=per_rank,
         kernel_breakdown=kb, kernels_top=ktop, kernels_all=kall, kernels_across_ranks=kx, idle=idle,
@@ -194,6 +200,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
         throughput=tp, throughput_steps=tp_steps, communication=comm, critical_path=crit,
         workload=workload(manifest, steps.job_records), job_collectives=job_colls, control_collectives=control_colls,
         trained_alone=alone, gpu_summary=gpu_summary(metas),
+        op_efficiency=op_efficiency(metas, eff_rows), op_efficiency_table=op_efficiency_table(eff_rows),
     )
 
 
