@@ -55,6 +55,9 @@ OWN_ARGS = (
     ("occupancy_pct", "est. achieved occupancy %"),
     ("device", "device"),
     ("external_id_lc", "external id"),  # older Kineto's spelling of "External id"
+    # a kernel's launch configuration: identical work across ranks (ranks/kernel_work.py)
+    ("grid", "grid"),
+    ("block", "block"),
 )
 TOP_LEVEL = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "s")
 # top-level trace keys kept as metadata (everything Kineto writes besides traceEvents)

@@ -26,13 +26,14 @@ from ..decode.stream import read_event_table
 from .categories import CategoryClock
 from .comm_kernels import Names
 from .gpu_summary import rank_gpu_summary
+from .kernel_work import kernel_work_table
 from .operators import operator_table
 from .result import RankResult, write_table
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
 from .timeline_piece import PIECE, timeline_piece
 
 TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernel_type_hpcprof", "kernels_top", "kernels_all", "operators",
-          "launch_stats", PIECE)
+          "launch_stats", "kernel_work", PIECE)
 
 
 def analyze_rank(
@@ -137,6 +138,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         piece_problem = f"{trace_path.name}: not on the merged timeline ({type(exc).__name__}: {exc})"
     tl = build_timeline(table, names, cats)
     write_table(operator_table(table, cats=cats), out / "operators.parquet")
+    write_table(kernel_work_table(table, names, cats), out / "kernel_work.parquet")  # the slow-GPU comparison's input
     del names, cats
     warnings = list(tm.warnings) + ([piece_problem] if piece_problem else [])
     name = trace_path.name
