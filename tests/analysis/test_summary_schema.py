@@ -48,6 +48,8 @@ WHERE = {
     "GpuSummary": lambda s: [s["gpu_summary"]],
     "GpuSummaryRank": lambda s: s["gpu_summary"]["per_rank"],
     "GpuSummaryFigure": lambda s: list(s["gpu_summary"]["across_ranks"].values()),
+    "SlowGpu": lambda s: [s["slow_gpu"]],
+    "SlowGpuRank": lambda s: s["slow_gpu"]["per_rank"],
     "Outputs": lambda s: [s["outputs"]],
     "ClockAlignment": lambda s: [s["clock_alignment"]],
     "ClockHost": lambda s: s["clock_alignment"]["hosts"],

@@ -21,6 +21,7 @@ from ..reduce.whatif import NO_STRAGGLER_TEXT
 from .htmlparts import esc, group_warnings, json_text, num, table
 from .layout import REPORT_FILE
 from .gpu_section import gpu_summary_section
+from .slow_gpu_section import slow_gpu_section
 from .report_sections import communication_section, critical_path_section, critical_path_verdict
 from .run_config import run_config
 
@@ -44,6 +45,7 @@ SECTIONS = (
     ("critical-path", "Critical path across ranks"),
     ("communication", "Communication: transfer and waiting"),
     ("gpu-summary", "GPU summary (the profiler plugin's figures)"),
+    ("slow-gpu", "Slow GPU: the same kernels across ranks"),
     ("timeline", "Merged timeline and clock alignment"),
     ("per-rank", "Per rank"),
     ("gpu", "GPU time and kernels"),
@@ -255,7 +257,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     if strag:
         body += "<ul>" + "".join(
             f"<li>rank {esc(x['rank'])} (node {esc(x.get('node') or 'unknown')}): costs {num(x.get('cost_ms_per_step'))} ms per step{_pct(x.get('cost_ms_per_step'), step_ms)}, "
-            f"cause {esc(x.get('cause'))}." + (f" Where to look: {w}." if (w := where_to_look(s, colls, int(x['rank']))) else "") + "</li>" for x in strag) + "</ul>"
+            f"cause {esc(x.get('cause'))}." + (f" {esc(x['gpu_compute_evidence'])}." if x.get("gpu_compute_evidence") else "") + (f" Where to look: {w}." if (w := where_to_look(s, colls, int(x['rank']))) else "") + "</li>" for x in strag) + "</ul>"
         body += table(_named_nodes(pd.DataFrame(strag)), columns=["rank", "node", "cost_ms_per_step", "cost_ms_per_step_median", "others_cost_ms_per_step", "others_wait_ms_per_step", "threshold_ms", "cause", "confidence", "late_in_steps_share"])
     elif s.get("trained_alone"):
         body += f"<p>Not analysed: {esc(s['trained_alone'])}.</p>"
@@ -286,6 +288,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     section("critical-path", critical_path_section(s, tables, _chart("critical_path", "Critical path across ranks", plots, omitted)))
     section("communication", communication_section(s, tables))
     section("gpu-summary", gpu_summary_section(s))
+    section("slow-gpu", slow_gpu_section(s))
     # timeline and clocks
     tl, ca = s.get("timeline") or {}, s.get("clock_alignment") or {}
     body = ""
