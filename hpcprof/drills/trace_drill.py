@@ -136,10 +136,12 @@ class _Shift:
         return t, v
 
 
-def _apply(rt: RankTrace, shift: _Shift, fixed_end: dict[int, float], exact: set[int] = frozenset()) -> None:
+def _apply(rt: RankTrace, shift: _Shift, fixed_end: dict[int, float], exact: dict[int, float] | None = None) -> None:
     """Rewrite ts/dur of every timed event of the rank (see the module docstring); `fixed_end` maps
     id(event) -> its new end (collectives, stretched kernels). Integer fields stay integers, except
-    the durations of the events in `exact` (ids), written as the floats they are."""
+    the events of `exact` (id -> new duration), whose duration is written as that float (not as a
+    difference of two epoch times, which float64 holds to 0.25 µs only)."""
+    exact = exact or {}
     bt, bv = shift.arrays()
 
     def s_at(t, side):
@@ -159,7 +161,7 @@ def _apply(rt: RankTrace, shift: _Shift, fixed_end: dict[int, float], exact: set
                 new_end = new_ts + float(dur)
             else:
                 new_end = max(new_ts, end + s_at(end, "left"))
-            new_dur = new_end - new_ts
+            new_dur = exact[id(e)] if id(e) in exact else new_end - new_ts
             e["dur"] = int(round(new_dur)) if isinstance(dur, int) and id(e) not in exact else new_dur
         e["ts"] = int(round(new_ts)) if isinstance(e["ts"], int) else new_ts
 
@@ -173,7 +175,7 @@ MAX_TOL_US = 1_000_000.0
 """1 s: beyond, instances of a collective from different steps would be matched together."""
 
 
-def _in_range(option: str, value: float, low: float, high: float, unit: str) -> None:
+def in_range(option: str, value: float, low: float, high: float, unit: str) -> None:
     """Refuse `value` unless low < value <= high (nan and infinities are never in range)."""
     if not (math.isfinite(value) and low < value <= high):
         raise DrillError(f"{option} {value}: must be a number > {low:g} and <= {high:g} {unit}")
@@ -185,12 +187,12 @@ def inject(src, out, rank: int, *, stall_ms: float | None = None, before_collect
     if (stall_ms is None) == (stretch is None):
         raise DrillError("choose one drill: --stall-ms D --before-collective K, or --stretch F")
     if stall_ms is not None:
-        _in_range("--stall-ms", stall_ms, 0.0, MAX_STALL_MS, "ms")
+        in_range("--stall-ms", stall_ms, 0.0, MAX_STALL_MS, "ms")
         if before_collective is None or before_collective < 0:
             raise DrillError(f"a stall needs --before-collective >= 0 (got {before_collective})")
     if stretch is not None:
-        _in_range("--stretch", stretch, 1.0, MAX_STRETCH, "x")
-    _in_range("--match-tol-us", tol_us, 0.0, MAX_TOL_US, "us")
+        in_range("--stretch", stretch, 1.0, MAX_STRETCH, "x")
+    in_range("--match-tol-us", tol_us, 0.0, MAX_TOL_US, "us")
     src, out = Path(src), Path(out)
     if out.resolve() == src.resolve():
         raise DrillError(f"{out}: the output folder must differ from the source (the source is never modified)")
@@ -255,7 +257,7 @@ def drill_set(ranks: dict[int, RankTrace], out: Path, rank: int, groups: list[di
             for r, e in p.items():
                 fixed_end[id(e)] = end_of(e) + delta
                 shifts[r].add(end_of(e), delta)
-    exact = {id(e) for e in stretched} if whole_us else set()
+    exact = {id(e): stretch * float(e["dur"]) for e in stretched} if whole_us else {}
     out.mkdir(parents=True, exist_ok=True)
     for r, t in ranks.items():
         _apply(t, shifts[r], fixed_end, exact)
