@@ -3,6 +3,8 @@
 
 `trace_drill.inject` writes the drilled trace set and returns the truth (the job-time increase
 measured on the written traces); `python -m hpcprof.drills.trace_drill --help` is its CLI.
+`slow_gpu.slow_gpu` (`python -m hpcprof.drills.slow_gpu`) makes one rank's GPU F times slower: every
+compute kernel of the rank takes F times as long; traces.py reads a set and measures the job time.
 The names below are re-exported lazily, so that running the CLI module does not import it twice.
 """
 

@@ -5,8 +5,9 @@ been checked against a case whose answer is known. Live drills measure that answ
 here the delay is written into real GPU traces (real kernels, real collectives, real skew between
 ranks), so the answer is exact by construction and any verdict can be tested against it.
 
-Size: about 400 lines because matching, injection, propagation and re-measuring the truth must
-agree on one model of a collective (end = last arrival + transfer), so they are kept together.
+Matching, injection and propagation must agree on one model of a collective (end = last arrival +
+transfer), so they are kept together here (`drill_set`, which slow_gpu.py's drill uses too); reading
+a trace set and re-measuring the truth are in traces.py.
 
 Usage (also `python -m hpcprof.drills.trace_drill --help`):
 
@@ -52,175 +53,37 @@ increase of each, in ms.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..cliparser import ArgumentParser
+from .traces import (
+    STEP_PREFIX,
+    DrillError,
+    RankTrace,
+    device_step,
+    end_of,
+    is_device,
+    job_times,
+    load_set,
+    open_trace,
+    profiler_steps,
+    timed,
+)
 
-DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
-STEP_PREFIX = "ProfilerStep#"
+__all__ = ["DrillError", "RankTrace", "inject", "job_times", "load_set", "match_collectives"]
+
 DEFAULT_TOL_US = 1000.0
-
-
-class DrillError(ValueError):
-    """Bad input for a drill (the message names the file, rank or option)."""
-
-
-@dataclass
-class RankTrace:
-    path: Path
-    rank: int
-    doc: dict
-    _comm: set | None = None
-
-    @property
-    def events(self) -> list:
-        return self.doc["traceEvents"]
-
-    def comm_ids(self) -> set[int]:
-        """id() of the rank's communication kernels, found as the analysis finds them
-        (hpcprof.analysis.ranks.comm_kernels: NCCL names, the host collective that launched a
-        kernel, known communication libraries), so that a drill on a job whose collectives are not
-        NCCL-named (symmetric memory, DeepEP) matches the collectives the analysis matches."""
-        if self._comm is None:
-            from ..analysis.ranks.comm_kernels import classify, frame_from_events
-
-            ev = self.events
-            device = np.array([_timed(e) and _is_device(e) for e in ev], dtype=bool)
-            found = classify(frame_from_events(ev), device).mask
-            self._comm = {id(ev[i]) for i in np.flatnonzero(found)}
-        return self._comm
-
-
-def _open(path: Path, mode: str):
-    if not path.name.endswith(".gz"):
-        return open(path, mode)
-    return gzip.open(path, mode + "t", **({"compresslevel": 6} if mode == "w" else {}))
-
-
-def trace_files(folder: Path) -> list[Path]:
-    return sorted(p for p in Path(folder).iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
-
-
-def load_set(folder: Path) -> dict[int, RankTrace]:
-    """Every trace in `folder`, by rank; errors name the file."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DrillError(f"{folder}: not a folder of per-rank traces")
-    out: dict[int, RankTrace] = {}
-    for p in trace_files(folder):
-        try:
-            with _open(p, "r") as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError) as e:
-            raise DrillError(f"{p}: not a readable JSON trace ({e})") from e
-        if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-            raise DrillError(f"{p}: no traceEvents list (not a Kineto trace)")
-        rank = (doc.get("distributedInfo") or {}).get("rank")
-        if not isinstance(rank, int):
-            raise DrillError(f"{p}: distributedInfo.rank is missing; a drill needs the rank of every file")
-        if rank in out:
-            raise DrillError(f"{p}: rank {rank} also in {out[rank].path.name}")
-        out[rank] = RankTrace(p, rank, doc)
-    if len(out) < 2:
-        raise DrillError(f"{folder}: {len(out)} rank trace(s); a drill needs at least two ranks")
-    return out
-
-
-def _timed(e: dict) -> bool:
-    return isinstance(e, dict) and e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))
-
-
-def _is_device(e: dict) -> bool:
-    return str(e.get("cat", "")).lower() in DEVICE_CATS
-
-
-def _end(e: dict) -> float:
-    return float(e["ts"]) + float(e.get("dur") or 0)
-
-
-def _steps(rt: RankTrace) -> list[tuple[int, float, float]]:
-    """(step, start, end) of the rank's host-side ProfilerStep spans, in time order."""
-    out = []
-    for e in rt.events:
-        name = str(e.get("name", "")) if isinstance(e, dict) else ""
-        if name.startswith(STEP_PREFIX) and e.get("ph") == "X" and not str(e.get("cat", "")).startswith("gpu") and _timed(e):
-            try:
-                out.append((int(name[len(STEP_PREFIX):]), float(e["ts"]), _end(e)))
-            except ValueError:
-                continue
-    return sorted(out, key=lambda t: t[1])
-
-
-def device_step(rt: RankTrace) -> dict[int, int]:
-    """id(device op) -> the profiled step that launched it: by the launch's correlation id when the
-    launch is in the trace, else by the op's start between two step starts."""
-    steps = _steps(rt)
-    if not steps:
-        return {}
-    launch = {}
-    for e in rt.events:
-        if _timed(e) and not _is_device(e):
-            c = (e.get("args") or {}).get("correlation")
-            if c is not None:
-                launch[c] = float(e["ts"])
-    starts = np.array([s for _, s, _ in steps])
-    out = {}
-    for e in rt.events:
-        if not (_timed(e) and _is_device(e)):
-            continue
-        t = launch.get((e.get("args") or {}).get("correlation"))
-        by_launch = t is not None
-        t = float(e["ts"]) if t is None else t
-        i = int(np.searchsorted(starts, t, side="right")) - 1
-        if i < 0 or (by_launch and t > steps[i][2]) or (i == len(steps) - 1 and t > steps[i][2]):
-            continue
-        out[id(e)] = steps[i][0]
-    return out
-
-
-def step_spans(rt: RankTrace) -> dict[int, tuple[float, float]]:
-    """step -> (start, end) on this rank; end includes the GPU work launched in the step."""
-    spans = {n: [s, e] for n, s, e in _steps(rt)}
-    ids = device_step(rt)
-    for e in rt.events:
-        n = ids.get(id(e)) if _timed(e) else None
-        if n is not None:
-            spans[n][1] = max(spans[n][1], _end(e))
-    return {n: (s, e) for n, (s, e) in spans.items()}
-
-
-def job_times(traces) -> dict:
-    """The job's time per profiled step and over the profiled window (ms), from a folder or from
-    loaded traces (see the module docstring). Without step markers: the whole trace span."""
-    ranks = load_set(traces) if not isinstance(traces, dict) else traces
-    per_rank = {r: step_spans(rt) for r, rt in ranks.items()}
-    if not all(per_rank.values()):
-        spans = {}
-        for r, rt in ranks.items():
-            t = [e for e in rt.events if _timed(e)]
-            spans[r] = {0: (min(float(e["ts"]) for e in t), max(_end(e) for e in t))}
-        per_rank = spans
-    common = sorted(set.intersection(*(set(s) for s in per_rank.values())))
-    if not common:
-        raise DrillError("the ranks share no profiled step (ProfilerStep#N) to measure the job time on")
-    steps = {}
-    for n in common:
-        steps[n] = (max(s[n][1] for s in per_rank.values()) - min(s[n][0] for s in per_rank.values())) / 1e3
-    window = (max(s[common[-1]][1] for s in per_rank.values()) - min(s[common[0]][0] for s in per_rank.values())) / 1e3
-    return {"steps_ms": steps, "window_ms": window}
 
 
 def match_collectives(ranks: dict[int, RankTrace], tol_us: float = DEFAULT_TOL_US) -> list[dict[int, dict]]:
     """Groups {rank: NCCL kernel event} of one collective instance: same kernel name, mutual nearest
     end times within tol_us, pairwise; a group that would hold two kernels of one rank is dropped."""
-    comm = {r: sorted((e for e in rt.events if _timed(e) and id(e) in rt.comm_ids()), key=_end) for r, rt in ranks.items()}
+    comm = {r: sorted((e for e in rt.events if timed(e) and id(e) in rt.comm_ids()), key=end_of) for r, rt in ranks.items()}
     parent: dict = {}
 
     def find(x):
@@ -235,7 +98,7 @@ def match_collectives(ranks: dict[int, RankTrace], tol_us: float = DEFAULT_TOL_U
             for name in {e["name"] for e in comm[a]} & {e["name"] for e in comm[b]}:
                 ka = [e for e in comm[a] if e["name"] == name]
                 kb = [e for e in comm[b] if e["name"] == name]
-                ea, eb = np.array([_end(e) for e in ka]), np.array([_end(e) for e in kb])
+                ea, eb = np.array([end_of(e) for e in ka]), np.array([end_of(e) for e in kb])
                 na = np.abs(ea[:, None] - eb[None, :]).argmin(axis=1)
                 nb = np.abs(eb[:, None] - ea[None, :]).argmin(axis=1)
                 for x, y in enumerate(na):
@@ -273,9 +136,12 @@ class _Shift:
         return t, v
 
 
-def _apply(rt: RankTrace, shift: _Shift, fixed_end: dict[int, float]) -> None:
+def _apply(rt: RankTrace, shift: _Shift, fixed_end: dict[int, float], exact: dict[int, float] | None = None) -> None:
     """Rewrite ts/dur of every timed event of the rank (see the module docstring); `fixed_end` maps
-    id(event) -> its new end (collectives, stretched kernels). Integer fields stay integers."""
+    id(event) -> its new end (collectives, stretched kernels). Integer fields stay integers, except
+    the events of `exact` (id -> new duration), whose duration is written as that float (not as a
+    difference of two epoch times, which float64 holds to 0.25 µs only)."""
+    exact = exact or {}
     bt, bv = shift.arrays()
 
     def s_at(t, side):
@@ -283,7 +149,7 @@ def _apply(rt: RankTrace, shift: _Shift, fixed_end: dict[int, float]) -> None:
         return float(bv[i]) if i >= 0 else 0.0
 
     for e in rt.events:
-        if not _timed(e):
+        if not timed(e):
             continue
         ts, dur = float(e["ts"]), e.get("dur")
         new_ts = ts + s_at(ts, "right")
@@ -291,12 +157,12 @@ def _apply(rt: RankTrace, shift: _Shift, fixed_end: dict[int, float]) -> None:
             end = ts + float(dur)
             if id(e) in fixed_end:
                 new_end = fixed_end[id(e)]
-            elif _is_device(e):
+            elif is_device(e):
                 new_end = new_ts + float(dur)
             else:
                 new_end = max(new_ts, end + s_at(end, "left"))
-            new_dur = new_end - new_ts
-            e["dur"] = int(round(new_dur)) if isinstance(dur, int) else new_dur
+            new_dur = exact[id(e)] if id(e) in exact else new_end - new_ts
+            e["dur"] = int(round(new_dur)) if isinstance(dur, int) and id(e) not in exact else new_dur
         e["ts"] = int(round(new_ts)) if isinstance(e["ts"], int) else new_ts
 
 
@@ -309,7 +175,7 @@ MAX_TOL_US = 1_000_000.0
 """1 s: beyond, instances of a collective from different steps would be matched together."""
 
 
-def _in_range(option: str, value: float, low: float, high: float, unit: str) -> None:
+def in_range(option: str, value: float, low: float, high: float, unit: str) -> None:
     """Refuse `value` unless low < value <= high (nan and infinities are never in range)."""
     if not (math.isfinite(value) and low < value <= high):
         raise DrillError(f"{option} {value}: must be a number > {low:g} and <= {high:g} {unit}")
@@ -321,12 +187,12 @@ def inject(src, out, rank: int, *, stall_ms: float | None = None, before_collect
     if (stall_ms is None) == (stretch is None):
         raise DrillError("choose one drill: --stall-ms D --before-collective K, or --stretch F")
     if stall_ms is not None:
-        _in_range("--stall-ms", stall_ms, 0.0, MAX_STALL_MS, "ms")
+        in_range("--stall-ms", stall_ms, 0.0, MAX_STALL_MS, "ms")
         if before_collective is None or before_collective < 0:
             raise DrillError(f"a stall needs --before-collective >= 0 (got {before_collective})")
     if stretch is not None:
-        _in_range("--stretch", stretch, 1.0, MAX_STRETCH, "x")
-    _in_range("--match-tol-us", tol_us, 0.0, MAX_TOL_US, "us")
+        in_range("--stretch", stretch, 1.0, MAX_STRETCH, "x")
+    in_range("--match-tol-us", tol_us, 0.0, MAX_TOL_US, "us")
     src, out = Path(src), Path(out)
     if out.resolve() == src.resolve():
         raise DrillError(f"{out}: the output folder must differ from the source (the source is never modified)")
@@ -335,7 +201,7 @@ def inject(src, out, rank: int, *, stall_ms: float | None = None, before_collect
         raise DrillError(f"rank {rank} is not in {src} (ranks: {sorted(ranks)})")
     before = job_times(ranks)
     rt = ranks[rank]
-    steps = [n for n, _, _ in _steps(rt)]
+    steps = [n for n, _, _ in profiler_steps(rt)]
     if step is None:
         if not steps:
             raise DrillError(f"{rt.path}: no {STEP_PREFIX}N marker; a drill needs a profiled step")
@@ -344,53 +210,66 @@ def inject(src, out, rank: int, *, stall_ms: float | None = None, before_collect
         raise DrillError(f"{rt.path}: no profiled step {step} (steps: {steps})")
     in_step = device_step(rt)
     groups = match_collectives(ranks, tol_us)
-    shifts = {r: _Shift() for r in ranks}
-    fixed_end: dict[int, float] = {}
-    nodes = []  # (read time, end, kind, payload)
-    for g in groups:
-        nodes.append((max(float(e["ts"]) for e in g.values()), max(_end(e) for e in g.values()), 0, g))
     mine = sorted((g[rank] for g in groups if rank in g and in_step.get(id(g[rank])) == step), key=lambda e: float(e["ts"]))
     info = {"rank": rank, "step": step, "collectives_matched": len(groups)}
     if stall_ms is not None:
         if before_collective >= len(mine):
             raise DrillError(f"rank {rank} has {len(mine)} matched collectives in step {step}; --before-collective {before_collective} is out of range")
         target = mine[before_collective]
-        shifts[rank].add(float(target["ts"]), stall_ms * 1e3)
         info.update(drill="stall", stall_ms=stall_ms, before_collective=before_collective, collective=target["name"], at_us=target["ts"])
-    else:
-        ks = [e for e in rt.events if _timed(e) and str(e.get("cat", "")).lower() == "kernel" and id(e) not in rt.comm_ids()
-              and in_step.get(id(e)) == step]
-        if not ks:
-            raise DrillError(f"{rt.path}: no compute kernel launched in step {step} to stretch")
-        nodes += [(float(e["ts"]), _end(e), 1, e) for e in ks]
-        info.update(drill="stretch", stretch=stretch, kernels_stretched=len(ks), compute_ms=sum(float(e["dur"]) for e in ks) / 1e3)
+        return {**info, **drill_set(ranks, out, rank, groups, before, stall=(float(target["ts"]), stall_ms * 1e3))}
+    ks = [e for e in rt.events if timed(e) and str(e.get("cat", "")).lower() == "kernel" and id(e) not in rt.comm_ids()
+          and in_step.get(id(e)) == step]
+    if not ks:
+        raise DrillError(f"{rt.path}: no compute kernel launched in step {step} to stretch")
+    info.update(drill="stretch", stretch=stretch, kernels_stretched=len(ks), compute_ms=sum(float(e["dur"]) for e in ks) / 1e3)
+    return {**info, **drill_set(ranks, out, rank, groups, before, stretched=ks, stretch=stretch)}
+
+
+def drill_set(ranks: dict[int, RankTrace], out: Path, rank: int, groups: list[dict[int, dict]], before: dict, *,
+              stall: tuple[float, float] | None = None, stretched: list[dict] = (), stretch: float = 1.0,
+              whole_us: bool = False) -> dict:
+    """Propagate a drill on `rank` through the loaded set (module docstring), write it to `out` and
+    return the truth: the job-time increase per step and over the window. `stall`: (time, µs) the
+    rank stops for; `stretched`: its kernel events that take `stretch` times as long; `groups`:
+    match_collectives of the set; `before`: job_times of the set before the drill.
+
+    whole_us: the stretched kernels keep their exact new duration (a float, as newer Kineto writes
+    them) while every shift stays a whole number of µs (each stretched kernel's extra time rounded
+    up), so that integer timestamps stay integers and the next kernel on a stream still starts at
+    or after the stretched one ends. Without it, integer fields are rounded (durations included)."""
+    shifts = {r: _Shift() for r in ranks}
+    fixed_end: dict[int, float] = {}
+    nodes = [(max(float(e["ts"]) for e in g.values()), max(end_of(e) for e in g.values()), 0, g) for g in groups]
+    nodes += [(float(e["ts"]), end_of(e), 1, e) for e in stretched]
+    if stall is not None:
+        shifts[rank].add(*stall)
     for _, _, kind, p in sorted(nodes, key=lambda n: (n[0], n[1])):
         if kind == 1:  # a stretched kernel: its start moves by the shift so far, its end by that plus its extra
             s = shifts[rank].at(float(p["ts"]))
+            extra = (stretch - 1) * float(p["dur"])
             fixed_end[id(p)] = float(p["ts"]) + s + stretch * float(p["dur"])
-            shifts[rank].add(_end(p), s + (stretch - 1) * float(p["dur"]))
+            shifts[rank].add(end_of(p), s + (math.ceil(extra) if whole_us else extra))
         else:  # a collective: ends at the (shifted) last arrival plus its transfer time
             last = max(float(e["ts"]) for e in p.values())
             new_last = max(float(e["ts"]) + shifts[r].at(float(e["ts"])) for r, e in p.items())
             delta = max(0.0, new_last - last)
             for r, e in p.items():
-                fixed_end[id(e)] = _end(e) + delta
-                shifts[r].add(_end(e), delta)
+                fixed_end[id(e)] = end_of(e) + delta
+                shifts[r].add(end_of(e), delta)
+    exact = {id(e): stretch * float(e["dur"]) for e in stretched} if whole_us else {}
     out.mkdir(parents=True, exist_ok=True)
     for r, t in ranks.items():
-        _apply(t, shifts[r], fixed_end)
+        _apply(t, shifts[r], fixed_end, exact)
         tmp = out / (".tmp-" + t.path.name)  # same suffix, so the same compression; renamed when complete
-        with _open(tmp, "w") as fh:
+        with open_trace(tmp, "w") as fh:
             fh.write(json.dumps(t.doc))  # dumps uses the C encoder; dump to a stream does not
         tmp.replace(out / t.path.name)
     after = job_times(out)
     common = sorted(set(before["steps_ms"]) & set(after["steps_ms"]))
-    info["step_increase_ms"] = {n: after["steps_ms"][n] - before["steps_ms"][n] for n in common}
-    info["job_time_increase_ms"] = after["window_ms"] - before["window_ms"]
-    info["job_time_before_ms"] = before["window_ms"]
-    info["job_time_after_ms"] = after["window_ms"]
-    info["n_steps"] = len(common)
-    return info
+    return {"step_increase_ms": {n: after["steps_ms"][n] - before["steps_ms"][n] for n in common},
+            "job_time_increase_ms": after["window_ms"] - before["window_ms"],
+            "job_time_before_ms": before["window_ms"], "job_time_after_ms": after["window_ms"], "n_steps": len(common)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,6 +51,8 @@ WHERE = {
     "OpEfficiency": lambda s: [s["op_efficiency"]],
     "OpEfficiencyRank": lambda s: s["op_efficiency"]["per_rank"],
     "OpEfficiencyFigure": lambda s: list(s["op_efficiency"]["across_ranks"].values()),
+    "SlowGpu": lambda s: [s["slow_gpu"]],
+    "SlowGpuRank": lambda s: s["slow_gpu"]["per_rank"],
     "Outputs": lambda s: [s["outputs"]],
     "ClockAlignment": lambda s: [s["clock_alignment"]],
     "ClockHost": lambda s: s["clock_alignment"]["hosts"],

@@ -57,6 +57,9 @@ OWN_ARGS = (
     ("external_id_lc", "external id"),  # older Kineto's spelling of "External id"
     # scalar and list arguments of operators (PyTorch 2.x record_shapes): conv stride/padding, is_causal
     ("concrete_inputs", "Concrete Inputs"),
+    # a kernel's launch configuration: identical work across ranks (ranks/kernel_work.py)
+    ("grid", "grid"),
+    ("block", "block"),
 )
 TOP_LEVEL = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "s")
 # top-level trace keys kept as metadata (everything Kineto writes besides traceEvents)

@@ -48,10 +48,15 @@ def console_summary(summary: dict) -> str:
         lines.append(f"top straggler: rank {s['rank']} (node {s.get('node') or 'unknown'}): costs {s['cost_ms_per_step']:.1f} ms/step "
                      f"(what-if replay; above {s['threshold_ms']:.1f} ms in {s['steps_flagged']} of {s['steps']} profiled steps); "
                      f"cause {s['cause']}; job straggler slowdown x{summary.get('straggler_slowdown') or 1:.3f}")
+        if s.get("gpu_compute_evidence"):
+            lines.append(f"  {s['gpu_compute_evidence']}")
     elif summary.get("trained_alone"):
         lines.append(f"stragglers: not analysed: {summary['trained_alone']}")
     else:
         lines.append("stragglers: none")
+    for x in (summary.get("slow_gpu") or {}).get("per_rank") or []:  # reduce/slow_gpu.py
+        if x.get("slow"):
+            lines.append(f"slow GPU: {x['text']}")
     if summary["recommendations"]:
         r = summary["recommendations"][0]
         lines.append(f"top recommendation: {r['title']}\n  evidence: {r['evidence']}")

@@ -22,6 +22,7 @@ from .htmlparts import esc, group_warnings, json_text, num, table
 from .layout import REPORT_FILE
 from .efficiency_section import efficiency_section
 from .gpu_section import gpu_summary_section
+from .slow_gpu_section import slow_gpu_section
 from .report_sections import communication_section, critical_path_section, critical_path_verdict
 from .run_config import run_config
 
@@ -46,6 +47,7 @@ SECTIONS = (
     ("communication", "Communication: transfer and waiting"),
     ("gpu-summary", "GPU summary (the profiler plugin's figures)"),
     ("efficiency", "Operator efficiency (FLOPs, share of peak, MFU)"),
+    ("slow-gpu", "Slow GPU: the same kernels across ranks"),
     ("timeline", "Merged timeline and clock alignment"),
     ("per-rank", "Per rank"),
     ("gpu", "GPU time and kernels"),
@@ -257,7 +259,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     if strag:
         body += "<ul>" + "".join(
             f"<li>rank {esc(x['rank'])} (node {esc(x.get('node') or 'unknown')}): costs {num(x.get('cost_ms_per_step'))} ms per step{_pct(x.get('cost_ms_per_step'), step_ms)}, "
-            f"cause {esc(x.get('cause'))}." + (f" Where to look: {w}." if (w := where_to_look(s, colls, int(x['rank']))) else "") + "</li>" for x in strag) + "</ul>"
+            f"cause {esc(x.get('cause'))}." + (f" {esc(x['gpu_compute_evidence'])}." if x.get("gpu_compute_evidence") else "") + (f" Where to look: {w}." if (w := where_to_look(s, colls, int(x['rank']))) else "") + "</li>" for x in strag) + "</ul>"
         body += table(_named_nodes(pd.DataFrame(strag)), columns=["rank", "node", "cost_ms_per_step", "cost_ms_per_step_median", "others_cost_ms_per_step", "others_wait_ms_per_step", "threshold_ms", "cause", "confidence", "late_in_steps_share"])
     elif s.get("trained_alone"):
         body += f"<p>Not analysed: {esc(s['trained_alone'])}.</p>"
@@ -289,6 +291,7 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     section("communication", communication_section(s, tables))
     section("gpu-summary", gpu_summary_section(s))
     section("efficiency", efficiency_section(s, tables, _chart("efficiency", "Operator efficiency", plots, omitted)))
+    section("slow-gpu", slow_gpu_section(s))
     # timeline and clocks
     tl, ca = s.get("timeline") or {}, s.get("clock_alignment") or {}
     body = ""

@@ -66,6 +66,7 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "critical_path": red.critical_path.summary() if red.critical_path is not None else None,
         "gpu_summary": red.gpu_summary,
         "op_efficiency": red.op_efficiency,
+        "slow_gpu": red.slow_gpu,
         "recommendations": [{"title": r["title"], "evidence": r["evidence"], "score": r["score"]} for r in red.recommendations],
         "step_time": red.steps.spread,
         "throughput": red.throughput,

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..reduce.crossrank import Reduced
 from ..reduce.gpu_summary import gpu_summary_table
+from ..reduce.slow_gpu import slow_gpu_table
 from .rounding import csv_frame
 
 
@@ -30,6 +31,7 @@ def output_tables(red: Reduced) -> dict[str, pd.DataFrame]:
         "critical_path": red.critical_path.links if red.critical_path is not None else pd.DataFrame(),
         "gpu_summary": gpu_summary_table(red.gpu_summary) if red.gpu_summary is not None else pd.DataFrame(),
         "op_efficiency": red.op_efficiency_table if red.op_efficiency_table is not None else pd.DataFrame(),
+        "slow_gpu": slow_gpu_table(red.slow_gpu),
     }
     if not red.steps.records.empty:
         tables["steps_all"] = red.steps.records

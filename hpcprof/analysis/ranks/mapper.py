@@ -27,13 +27,14 @@ from .categories import CategoryClock
 from .comm_kernels import Names
 from .gpu_summary import rank_gpu_summary
 from .op_efficiency import rank_efficiency
+from .kernel_work import kernel_work_table
 from .operators import operator_table
 from .result import RankResult, write_table
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
 from .timeline_piece import PIECE, timeline_piece
 
 TABLES = ("steps", "collectives", "busy", "idle", "kernel_type", "kernel_type_hpcprof", "kernels_top", "kernels_all", "operators",
-          "launch_stats", "op_efficiency", PIECE)
+          "launch_stats", "op_efficiency", "kernel_work", PIECE)
 
 
 def analyze_rank(
@@ -140,6 +141,10 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     write_table(operator_table(table, cats=cats), out / "operators.parquet")
     warnings = list(tm.warnings) + ([piece_problem] if piece_problem else [])
     name = trace_path.name
+    try:  # identical kernels per rank, the slow-GPU comparison's input (ranks/kernel_work.py)
+        write_table(kernel_work_table(table, names, cats), out / "kernel_work.parquet")
+    except Exception as exc:
+        warnings.append(f"{name} (rank {tm.rank}): no kernel comparison across ranks ({type(exc).__name__}: {exc})")
     try:  # FLOPs, TFLOP/s and share of peak of GEMMs, convolutions, attention (ranks/op_efficiency.py)
         eff_table, eff = rank_efficiency(table, names, cats, tm.device_properties, tl.steps)
         write_table(eff_table, out / "op_efficiency.parquet")

@@ -7,9 +7,9 @@ outputs package turns a :class:`Reduced` into tables, charts, summary.json and t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -25,7 +25,14 @@ from .op_efficiency import op_efficiency, op_efficiency_table
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
-from .sanity import ENDED_BADLY, cut_failed_collectives, cut_failed_steps, plausible_stragglers, same_host_clock_warnings
+from .sanity import (
+    ENDED_BADLY,
+    cut_failed_collectives,
+    cut_failed_steps,
+    plausible_stragglers,
+    same_host_clock_warnings,
+)
+from .slow_gpu import gpu_compute_evidence, slow_gpu
 from .step_stats import StepTimes, step_times
 from .throughput import throughput
 from .workload import collective_counts, trained_alone, workload
@@ -91,6 +98,8 @@ class Reduced(RankNumbers):
     """summary.json `op_efficiency` (reduce.op_efficiency): FLOPs, TFLOP/s, share of peak and MFU per rank and across ranks."""
     op_efficiency_table: pd.DataFrame | None = None
     """tables/op_efficiency: per operator, input shapes and dtype, achieved TFLOP/s across ranks."""
+    slow_gpu: dict | None = None
+    """summary.json `slow_gpu` (reduce.slow_gpu): identical kernels compared across ranks, slow GPUs named."""
 
 
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
@@ -162,6 +171,9 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
     clock_warnings, _ = same_host_clock_warnings(steps_trace, hosts, steps.median_ms)
     warnings.extend(clock_warnings)
     strag, withheld = plausible_stragglers(strag, steps.median_ms)
+    sg = slow_gpu(rank_table(keep, "kernel_work"))
+    for s in strag:  # slower kernels for the same work, or more work (reduce.slow_gpu)
+        s["gpu_compute_evidence"] = gpu_compute_evidence(sg, s["rank"]) if s.get("cause") == "gpu_compute" else None
     warnings.extend(withheld)
     warnings.extend(wi.warnings)
     alone = trained_alone(manifest, metas)
@@ -199,7 +211,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
         whatif=wi,
         throughput=tp, throughput_steps=tp_steps, communication=comm, critical_path=crit,
         workload=workload(manifest, steps.job_records), job_collectives=job_colls, control_collectives=control_colls,
-        trained_alone=alone, gpu_summary=gpu_summary(metas),
+        trained_alone=alone, gpu_summary=gpu_summary(metas), slow_gpu=sg,
         op_efficiency=op_efficiency(metas, eff_rows), op_efficiency_table=op_efficiency_table(eff_rows),
     )
 
