@@ -95,10 +95,10 @@ def test_gzip_traces_read_alike_with_isal_and_zlib(tmp_path, monkeypatch, isal):
     same one-line TraceError either way (ISA-L raises its own error class, not zlib.error)."""
     import importlib.util
 
-    from hpcprof.analysis import cext
+    from hpcprof.analysis import isal_lib
 
     monkeypatch.setenv("HPCPROF_ISAL", isal)
-    assert (cext.isal() is not None) == (isal == "1" and importlib.util.find_spec("isal") is not None)
+    assert (isal_lib.isal() is not None) == (isal == "1" and importlib.util.find_spec("isal") is not None)
     src = require(TRACES / "param_dlrm_8x_v100")
     path = sorted(src.glob("*.json.gz"))[0]
     raw = gzip.decompress(path.read_bytes())
