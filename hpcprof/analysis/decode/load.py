@@ -190,6 +190,11 @@ def open_gzip(path: str | os.PathLike):
     return (isal.igzip if isal is not None else gzip).open(path, "rb")
 
 
+def bad_utf8(name: str, exc: UnicodeDecodeError) -> TraceError:
+    """The one-line error of trace file `name` whose text is not UTF-8 (whole or streamed decode)."""
+    return TraceError(f"{name}: not valid UTF-8 text ({exc.reason}, byte {exc.object[exc.start:exc.end]!r}); corrupt trace")
+
+
 def decode_trace(name: str, raw: bytes) -> DecodedTrace:
     """Decode the JSON text `raw` of the trace file `name`; TraceError (naming the file) when it is
     not JSON, not a trace, or holds no event."""
@@ -198,8 +203,7 @@ def decode_trace(name: str, raw: bytes) -> DecodedTrace:
     except DecodeError as exc:
         raise TraceError(f"{name}: not valid JSON ({str(exc)[:120]}); truncated or corrupt trace") from None
     except UnicodeDecodeError as exc:
-        raise TraceError(f"{name}: not valid UTF-8 text ({exc.reason}, byte {exc.object[exc.start:exc.end]!r}); "
-                         "corrupt trace") from None
+        raise bad_utf8(name, exc) from None
     except ShapeError:
         raise TraceError(f"{name}: not a Kineto/Chrome trace (no 'traceEvents' list)") from None
     if not decoded.events:

@@ -339,7 +339,7 @@ def read_event_table(path: str | Path, min_bytes: int | None = None, hasher=None
 
 def _streamed(path: Path, hasher, limit: int) -> tuple[dict, pd.DataFrame, int, int]:
     """read_event_table's stream decode of `path`, its errors as TraceError's one line."""
-    from .load import TraceError, gzip_errors, open_gzip, too_large
+    from .load import TraceError, bad_utf8, gzip_errors, open_gzip, too_large
 
     name = path.name
     gz = name.endswith(".gz")
@@ -360,6 +360,8 @@ def _streamed(path: Path, hasher, limit: int) -> tuple[dict, pd.DataFrame, int, 
         raise TraceError(f"{name}: truncated or corrupt gzip data ({exc}); the trace was probably cut off while being written") from None
     except msgspec.DecodeError as exc:
         raise TraceError(f"{name}: not valid JSON ({str(exc)[:120]}); truncated or corrupt trace") from None
+    except UnicodeDecodeError as exc:
+        raise bad_utf8(name, exc) from None
     except TextLimit:
         raise too_large(name, limit) from None
     except HeldTooMuch as exc:
