@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo test clean-runs
 
-$(VENV)/.installed: pyproject.toml setup.py hpcprof/analysis/_native.c hpcprof/analysis/_native_walk.c hpcprof/analysis/_native_text.c hpcprof/analysis/_native.h
+$(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test]"

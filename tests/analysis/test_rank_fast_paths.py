@@ -85,24 +85,3 @@ def test_category_tests_per_distinct_value_equal_the_column_tests(cat):
     for values in (GPU_CATS, RUNTIME_CATS):
         assert np.array_equal(names.where(one_of(values)), cat.isin(values).to_numpy(dtype=bool))
 
-
-def test_names_of_a_decoded_table_are_its_factorization():
-    """comm_kernels.Names.column takes the codes the native decode kept (decode.columns.text_codes)
-    for the name and category columns: the same codes and distinct texts as factorizing the column,
-    on a real GPU trace; a table made otherwise (no kept codes) is factorized."""
-    from hpcprof.analysis import cext
-    from hpcprof.analysis.decode.columns import text_codes
-    from hpcprof.analysis.decode.stream import read_event_table
-    from hpcprof.analysis.ranks.comm_kernels import Names
-
-    from .conftest import DLRM, require
-
-    trace = sorted(require(DLRM).glob("*.json*"))[0]
-    table = read_event_table(trace)[1]
-    for col in ("name", "cat"):
-        got, want = Names.column(table, col, len(table)), Names(table[col])
-        assert np.array_equal(got.codes, want.codes) and list(got.uniq) == list(want.uniq), col
-        assert (text_codes(table, col) is not None) == (cext.get() is not None), col
-    plain = pd.DataFrame({"name": table["name"].to_numpy(dtype=object)})
-    assert text_codes(plain, "name") is None
-    assert np.array_equal(Names.column(plain, "name", len(plain)).codes, Names(table["name"]).codes)

@@ -72,6 +72,17 @@ def test_stream_errors_name_the_file(tmp_path):
         read_event_table(q, min_bytes=0)
 
 
+@pytest.mark.parametrize("min_bytes", [None, 0], ids=["read-whole", "streamed"])
+def test_bad_utf8_is_one_line_naming_the_file(tmp_path, min_bytes):
+    """A byte that is not UTF-8 inside a name: the same one-line TraceError, whether the trace is
+    read whole or decoded as a stream (a file too large to hold)."""
+    events = ",".join(json.dumps({"ph": "X", "name": f"\u00e9{i}", "ts": i, "dur": 1}, ensure_ascii=False) for i in range(50))
+    p = tmp_path / "bad.json"
+    p.write_bytes(b'{"traceEvents": [' + events.encode().replace("\u00e9".encode(), b"\xc3\x28", 1) + b"]}")
+    with pytest.raises(TraceError, match=r"^bad\.json: not valid UTF-8 text \(invalid continuation byte, byte b'\\xc3'\); corrupt trace$"):
+        read_event_table(p, min_bytes=min_bytes)
+
+
 def test_analysis_through_the_stream_equals_the_reference(monkeypatch, tmp_path):
     """Every trace of the DLRM set decoded as a stream (in 64 kB blocks): the analysis' summary and
     timeline are those stored by the code before the streaming decode existed."""
@@ -95,10 +106,10 @@ def test_gzip_traces_read_alike_with_isal_and_zlib(tmp_path, monkeypatch, isal):
     same one-line TraceError either way (ISA-L raises its own error class, not zlib.error)."""
     import importlib.util
 
-    from hpcprof.analysis import cext
+    from hpcprof.analysis import isal_lib
 
     monkeypatch.setenv("HPCPROF_ISAL", isal)
-    assert (cext.isal() is not None) == (isal == "1" and importlib.util.find_spec("isal") is not None)
+    assert (isal_lib.isal() is not None) == (isal == "1" and importlib.util.find_spec("isal") is not None)
     src = require(TRACES / "param_dlrm_8x_v100")
     path = sorted(src.glob("*.json.gz"))[0]
     raw = gzip.decompress(path.read_bytes())

@@ -274,3 +274,37 @@ def test_a_piece_selected_in_its_own_window_keeps_every_row(tmp_path, parse_cach
             piece = read_piece(str(meta.parent / "timeline.parquet"), SELECT_COLUMNS)
             lo, hi = min(a for _, a, _ in steps), max(b for _, _, b in steps)
             assert piece.num_rows and window_rows(piece, lo, hi).all(), meta
+
+
+def test_timeline_events_are_json_on_the_job_clock_rounded_to_the_nanosecond():
+    """A rank's events as the merged timeline writes them (timeline_render.event_batches): strict
+    JSON whatever the names hold (quotes, backslashes, control characters, non-ASCII), each event's
+    "ts" the trace's time minus the shift rounded to 3 decimals (numpy's np.round), "dur" the
+    duration as it was, name, pid and tid those given; across several batches."""
+    import numpy as np
+    import pyarrow as pa
+
+    from hpcprof.analysis.outputs import timeline_render as tr
+
+    rng = np.random.default_rng(5)
+    n = tr.BATCH + 1000
+    names = ["aten::mm", 'quote " and \\ backslash', "tab\tnew\nline", "\x01ctl", "名前 🚀", ""]
+    half = n // 2  # times on the nanosecond grid as Kineto writes them; then many decimals, every magnitude
+    ts = np.concatenate([rng.integers(-10**9, 10**9, half) / 1000, (rng.random(n - half) - 0.5) * 10.0 ** rng.integers(-3, 13, n - half)])
+    dur = rng.integers(0, 10**7, n) / 1000
+    is_x = rng.random(n) < 0.8
+    corr = np.where(rng.random(n) < 0.5, -1.0, rng.integers(0, 10**6, n).astype(float))
+    name_code = rng.integers(0, len(names), n).astype(np.int32)
+    f = pa.table({"is_x": is_x, "cat_json": pa.array(['"kernel"'] * n).dictionary_encode(),
+                  "name_json": pa.DictionaryArray.from_arrays(pa.array(name_code), pa.array([json.dumps(s) for s in names])),
+                  "ts": ts, "dur": np.where(is_x, dur, 0.0), "gpu": rng.random(n) < 0.3, "runtime": rng.random(n) < 0.3, "corr": corr})
+    tids = rng.choice([1, 2, 1_000_001], n).astype(np.int64)
+    shift = 1234.5678
+    text = b"".join(bytes(b) for b in tr.event_batches(f, 3, shift, tids))
+    events = json.loads(b"[" + text[:-1] + b"]", parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert len(events) == n
+    assert [float(e["ts"]) for e in events] == np.round(ts - shift, 3).tolist()
+    assert [float(e["dur"]) for e in events if "dur" in e] == dur[is_x].tolist()
+    assert [e["ph"] for e in events] == ["X" if x else "i" for x in is_x]
+    assert [e["name"] for e in events] == [names[c] for c in name_code]
+    assert {e["pid"] for e in events} == {3} and [e["tid"] for e in events] == tids.tolist()

@@ -103,32 +103,13 @@ class _Columns:
             self.args[k].append(self._compact(k, args.pop(k)))
         self.n += len(has)
 
-    def add_native(self, got) -> None:
-        """A run of events decoded by decode/native.py: (events, {column: piece}, has_args)."""
-        n, pieces, has = got
-        if not n:
-            return
-        for k in self.top:
-            self.top[k].append(pieces[k])
-        for k in self.args:
-            self.args[k].append(pieces[k])
-        self.has_args.append(has)
-        self.n += n
-
     @staticmethod
-    def _join(pieces: list, object_dtype: bool, kept: list | None = None, own: bool = False) -> pd.Series:
+    def _join(pieces: list, object_dtype: bool) -> pd.Series:
         """The column `_column` (or pd.Series(dtype=object)) would build from all values at once.
         Series of the arrays joined here are made with copy=False (pandas 3 copies an array given
-        to Series otherwise: 0.5 ms an object column of a 20 MB rank). `kept`: see _coded_texts.
-        `own`: one of our args (OWN_ARGS), an object column of the values as they are, never the
-        categorical that a top-level object column (OBJECT_KEYS) made from codes is."""
+        to Series otherwise: 0.5 ms an object column of a 20 MB rank)."""
         if not pieces:
             return pd.Series([], dtype=object if object_dtype else None)
-        if not own and all(isinstance(p, TextCodes) for p in pieces):
-            col = _coded_texts(pieces, object_dtype, kept)
-            if col is not None:
-                return col
-        pieces = [p.values() if isinstance(p, TextCodes) else p for p in pieces]
         is_int = [isinstance(p, np.ndarray) and p.dtype == np.int64 for p in pieces]
         is_num = [isinstance(p, tuple) for p in pieces]
         if not object_dtype and all(is_int):
@@ -157,9 +138,8 @@ class _Columns:
 
     def table(self) -> pd.DataFrame:
         cols: dict[str, Any] = {}
-        coded: dict[str, list] = {}
         for key, pieces in self.top.items():
-            col = self._join(pieces, key in OBJECT_KEYS, coded.setdefault(key, []) if key in CODED_KEYS else None)
+            col = self._join(pieces, key in OBJECT_KEYS)
             self.top[key] = []
             if _all_missing(col) and not any(p.dtype == object and any(v is None for v in p) for p in pieces if isinstance(p, np.ndarray)):
                 continue
@@ -167,95 +147,9 @@ class _Columns:
         for name, _key, _default in HTA_ARGS:
             cols[name] = self._join(self.args.pop(name), False)
         for name, _key in OWN_ARGS:
-            cols[name] = self._join(self.args.pop(name), True, own=True)
+            cols[name] = self._join(self.args.pop(name), True)
         cols["has_args"] = pd.Series(np.concatenate(self.has_args) if self.has_args else np.empty(0, dtype=bool), dtype=bool, copy=False)
-        table = pd.DataFrame(cols, copy=False)  # the columns as they are, not stacked into 2-D blocks (7 ms)
-        for key, got in coded.items():
-            if got and key in table:
-                _keep_codes(table[key].array, *got[0])
-        return table
-
-
-class TextCodes:
-    """A block's column whose values are all texts or missing (a top-level key an event lacks: NaN),
-    as codes into the block's distinct texts (-1: missing): what decode/native.py builds, so that
-    the column is made from the codes (`_coded_texts`) without an object per event."""
-
-    __slots__ = ("codes", "texts")
-
-    def __init__(self, codes: np.ndarray, texts: np.ndarray):
-        self.codes, self.texts = codes, texts
-
-    def __len__(self) -> int:
-        return len(self.codes)
-
-    def values(self) -> np.ndarray:
-        """The object array `_Columns._compact` builds for these values."""
-        out = self.texts[np.maximum(self.codes, 0)] if len(self.texts) else np.empty(len(self.codes), dtype=object)
-        out[self.codes < 0] = NAN
-        return out
-
-
-def _coded_texts(pieces: list, object_dtype: bool, kept: list | None = None) -> pd.Series | None:
-    """The column `_join` builds from the values of `pieces` (all TextCodes), made from the codes:
-    as `_texts` does (a text column where the values repeat), or, for OBJECT_KEYS, the categorical
-    `categories()` makes (categories sorted). None where those rules build the column from the
-    values themselves (then the caller does). A text column's codes and distinct texts are
-    appended to `kept` where it is a list (`text_codes`)."""
-    texts = np.concatenate([p.texts for p in pieces])
-    gmap, uniq = pd.factorize(texts)  # the distinct texts of all blocks (few)
-    parts, off = [], 0
-    for p in pieces:
-        parts.append(np.where(p.codes >= 0, gmap[off + np.maximum(p.codes, 0)] if len(p.texts) else -1, -1))
-        off += len(p.texts)
-    codes = np.concatenate(parts)
-    if not len(uniq) or len(uniq) >= len(codes):
-        return None
-    if object_dtype:
-        uniq = np.asarray(uniq, dtype=object)
-        order = np.argsort(uniq, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        return pd.Series(pd.Categorical.from_codes(np.where(codes >= 0, rank[np.maximum(codes, 0)], -1), categories=uniq[order]))
-    inferred = pd.Series(list(uniq))
-    if not isinstance(inferred.dtype, pd.StringDtype):
-        return None
-    if kept is not None:
-        kept.append((codes, uniq))
-    return pd.Series(inferred.array.take(codes, allow_fill=True))
-
-
-CODED_KEYS = ("name", "cat")
-"""The text columns whose codes the decode keeps for `text_codes` (the map factorizes these)."""
-_CODES = "_hpcprof_text_codes"
-
-
-def _keep_codes(array, codes: np.ndarray, uniq: np.ndarray) -> None:
-    """Keep on a text column's array (the object the table holds) its codes and distinct texts,
-    renumbered in order of first appearance (the block decode numbers the texts in order of first
-    appearance anywhere in a block, in any column), read-only: 0.2 ms a column of a 20 MB rank."""
-    first = np.full(len(uniq) + 1, len(codes), dtype=np.intp)
-    np.minimum.at(first, codes + 1, np.arange(len(codes)))
-    order = np.argsort(first[1:], kind="stable")
-    new = np.empty(len(uniq) + 1, dtype=np.intp)
-    new[0] = -1
-    new[1 + order] = np.arange(len(uniq))
-    codes = new[codes + 1]
-    codes.flags.writeable = False
-    try:
-        setattr(array, _CODES, (codes, np.asarray(uniq, dtype=object)[order]))
-    except AttributeError:  # an array type that takes no attributes: text_codes gives None
-        pass
-
-
-def text_codes(table: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """(codes, distinct texts) of text column `col` (CODED_KEYS) of an event table as the block
-    decode returned it, before any change to that column: what pd.factorize(table[col],
-    use_na_sentinel=True) gives (codes, read-only, in order of first appearance, -1 where missing;
-    the texts as an object array), kept from the native decode's codes, not factorized again
-    (about 1.3 ms a column of a 20 MB rank). None where the column was not built from codes
-    (no extension, or a value that is not a text)."""
-    return getattr(table[col].array, _CODES, None) if col in table else None
+        return pd.DataFrame(cols, copy=False)  # the columns as they are, not stacked into 2-D blocks (7 ms)
 
 
 def _all_missing(col: pd.Series) -> bool:

@@ -33,7 +33,6 @@ import numpy as np
 import pandas as pd
 
 from ...hta_release import require_hta
-from .columns import text_codes
 from .events import HTA_ARGS, OWN_ARGS
 
 MIRRORED_HTA = "0.5."  # the HTA release whose parse_trace_file this module mirrors
@@ -59,8 +58,7 @@ def fast_path_problem(table: pd.DataFrame | None = None) -> str | None:
         for col in ("ts", "dur", "cat", "name"):
             if col not in table.columns:
                 return f"no event has '{col}'"
-        coded = text_codes(table, "cat")  # its distinct texts, where the decode kept them
-        if "cuda_profiler_range" in coded[1].tolist() if coded is not None else table["cat"].eq("cuda_profiler_range").any():
+        if table["cat"].eq("cuda_profiler_range").any():
             return "the trace holds hardware counter ranges (cuda_profiler_range)"
     return None
 
@@ -99,17 +97,17 @@ def _normalize_stream(col: pd.Series) -> pd.Series:
     return pd.Series([one(x) for x in col.to_numpy(dtype=object)], index=col.index, dtype="int64")
 
 
-def _compress(df: pd.DataFrame, coded: dict | None = None):
+def _compress(df: pd.DataFrame):
     """hta.common.trace_parser._compress_df for HTA's default parser config. The kept rows' cat and
     name become symbol ids before the rows are taken (`_coded_symbols`: no take of the text
     columns), and the integer columns are downcast by their range (`_downcast`); 16 -> 7 ms of a
-    20 MB rank. `coded`: the decode's codes of cat and name (columns.text_codes), where it kept them."""
+    20 MB rank."""
     from hta.common.trace_symbol_table import TraceSymbolTable
 
     keep = df["dur"].notna() & df["cat"].notna()
     keep &= df["cat"].ne("Trace").fillna(True)
     table = TraceSymbolTable()
-    coded = _coded_symbols(df, keep.to_numpy(), table, coded)
+    coded = _coded_symbols(df, keep.to_numpy(), table)
     df = df.drop(columns=[c for c in [*_DROP, *(n for n, _ in OWN_ARGS), "has_args"] if c in df.columns])
     df = df.loc[keep]
     # HTA builds each args column with Series.apply over the kept rows; rebuild them from the kept
@@ -142,15 +140,14 @@ def _symbol_ids(col: pd.Series, ids: dict) -> pd.Series:
     return pd.Series(lut[codes], index=col.index)
 
 
-def _coded_symbols(df: pd.DataFrame, keep: np.ndarray, table, coded: dict | None = None) -> bool:
+def _coded_symbols(df: pd.DataFrame, keep: np.ndarray, table) -> bool:
     """HTA's symbols (the distinct values of the kept rows' cat, then name, in order of first
     appearance) added to `table`, and cat and name replaced by their ids in every row (those of
     rows not kept are meaningless), from one factorize of each text column; False (nothing done)
-    where cat or name is not a text column or a kept row has no name (HTA's NaN symbol). `coded`:
-    {column: pd.factorize(df[column])} where the decode kept it (2.6 ms a 20 MB rank not spent)."""
+    where cat or name is not a text column or a kept row has no name (HTA's NaN symbol)."""
     if not all(isinstance(df[c].dtype, pd.StringDtype) for c in ("cat", "name")):
         return False
-    codes, uniq = zip(*((coded or {}).get(c) or pd.factorize(df[c]) for c in ("cat", "name")))
+    codes, uniq = zip(*(pd.factorize(df[c]) for c in ("cat", "name")))
     kept = [c[keep] for c in codes]
     if (kept[1] < 0).any():
         return False
@@ -303,14 +300,13 @@ def hta_frame(table: pd.DataFrame | list, columns: tuple[str, ...] | None = None
 
     box = table if isinstance(table, list) else [table.copy()]
     df = box.pop()
-    coded = {c: text_codes(df, c) for c in ("cat", "name") if c in df}  # kept on the table's own columns
     if columns is not None:
         df = df[[c for c in df.columns if c in columns]]
     _round_down_time_stamps(df)
     df.insert(0, "index", _downcast(pd.Series(np.arange(len(df), dtype=np.int64), index=df.index)))
     box = [df]
     del df
-    df, symbols = _compress(box.pop(), coded)
+    df, symbols = _compress(box.pop())
     add_fwd_bwd_links(df)
     df = _correlation_to_index(df, symbols)
     if columns is None or "iteration" in columns:

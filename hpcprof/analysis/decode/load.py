@@ -17,7 +17,7 @@ from pathlib import Path
 import xxhash
 
 from ...rundir import RunDir
-from .. import cext
+from .. import isal_lib
 from ..outputs.layout import TIMELINE_FILE
 from .events import DecodedTrace, DecodeError, ShapeError, decode
 
@@ -157,15 +157,15 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None, hasher=None) -
 
 def gzip_errors() -> tuple[type[BaseException], ...]:
     """What reading truncated or corrupt gzip data raises, with ISA-L's inflate or Python's gzip."""
-    isal = cext.isal()
+    isal = isal_lib.isal()
     return (EOFError, OSError, zlib.error) + ((isal.isal_zlib.error,) if isal is not None else ())
 
 
 def gunzip(data: bytes, limit: int | None = None) -> bytes:
-    """gzip.decompress(data), by ISA-L's inflate where installed (cext.isal: 32 -> 20 ms for a
+    """gzip.decompress(data), by ISA-L's inflate where installed (isal_lib.isal: 32 -> 20 ms for a
     20 MB trace); errors: gzip_errors(). `limit`: InflateLimit once the text passes that many
     bytes, before more is inflated (a gzip bomb never takes more memory than the limit)."""
-    isal = cext.isal()
+    isal = isal_lib.isal()
     if limit is None:
         return (isal.igzip if isal is not None else gzip).decompress(data)
     z = isal.isal_zlib if isal is not None else zlib
@@ -186,8 +186,13 @@ def gunzip(data: bytes, limit: int | None = None) -> bytes:
 
 def open_gzip(path: str | os.PathLike):
     """gzip.open(path, "rb"), by ISA-L's inflate where installed; errors: gzip_errors()."""
-    isal = cext.isal()
+    isal = isal_lib.isal()
     return (isal.igzip if isal is not None else gzip).open(path, "rb")
+
+
+def bad_utf8(name: str, exc: UnicodeDecodeError) -> TraceError:
+    """The one-line error of trace file `name` whose text is not UTF-8 (whole or streamed decode)."""
+    return TraceError(f"{name}: not valid UTF-8 text ({exc.reason}, byte {exc.object[exc.start:exc.end]!r}); corrupt trace")
 
 
 def decode_trace(name: str, raw: bytes) -> DecodedTrace:
@@ -198,8 +203,7 @@ def decode_trace(name: str, raw: bytes) -> DecodedTrace:
     except DecodeError as exc:
         raise TraceError(f"{name}: not valid JSON ({str(exc)[:120]}); truncated or corrupt trace") from None
     except UnicodeDecodeError as exc:
-        raise TraceError(f"{name}: not valid UTF-8 text ({exc.reason}, byte {exc.object[exc.start:exc.end]!r}); "
-                         "corrupt trace") from None
+        raise bad_utf8(name, exc) from None
     except ShapeError:
         raise TraceError(f"{name}: not a Kineto/Chrome trace (no 'traceEvents' list)") from None
     if not decoded.events:

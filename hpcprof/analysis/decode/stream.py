@@ -31,7 +31,6 @@ import pandas as pd
 from .columns import _Columns
 from .counted import Limited, Tee, TextLimit
 from .events import META_KEYS, DecodedTrace, _Doc, _Event, event_table, loose_events
-from .native import available, columns_of
 
 STREAM_MIN_BYTES = 256 << 20
 """Files whose JSON is larger than this (a .gz counted at 8x its size, or found larger once
@@ -150,11 +149,7 @@ def stream_table(fh, block: int = BLOCK, limit: int | None = None) -> tuple[dict
         scanned = len(buf)
         cut = end if end is not None else (commas[-1] if commas else None)
         if cut is not None:
-            got = columns_of(buf, pos, cut) if cut > pos else None
-            if got is not None:
-                cols.add_native(got)
-                del got
-            elif cut > pos:
+            if cut > pos:
                 chunk = b"[" + buf[pos:cut] + b"]"
                 try:
                     cols.add(_EVENTS.decode(chunk))
@@ -188,11 +183,6 @@ def stream_table(fh, block: int = BLOCK, limit: int | None = None) -> tuple[dict
 SPLIT_BLOCK = 1 << 20
 """Bytes of JSON decoded at a time by `split_table` with msgspec (measured on a 20.5 MB rank: 1 MB
 keeps the records of one block small against the table, and is as fast as larger blocks)."""
-NATIVE_BLOCK = 8 << 20
-"""The same, where the native decode is available (decode/native.py): it holds 9 bytes per event
-and field of a block, not records, and each block costs a fixed part (measured on a 21.6 MB rank:
-1 MB blocks 102 ms, 4 MB 93, 8 MB 87, whole 85). A block it leaves to msgspec ends that: the
-rest of the text goes by SPLIT_BLOCK."""
 _CUT = b"},"
 
 
@@ -248,8 +238,8 @@ def _next_cut(raw: bytes, at: int, end: int) -> int:
 
 def split_table(raw: bytes | list, block: int | None = None) -> tuple[dict, pd.DataFrame, int, int] | None:
     """(metadata, event table, events, skipped entries) of the trace whose JSON text is `raw`,
-    decoded `block` bytes at a time (default: NATIVE_BLOCK where the native decode is available, else
-    SPLIT_BLOCK), natively or by msgspec, each block's records turned into compact columns and freed
+    decoded `block` bytes at a time (default SPLIT_BLOCK) by msgspec, each block's records turned
+    into compact columns and freed
     (as `stream_table` does, for a text already in memory). Cheaper than `stream_table`: no scan of
     every byte; a block ends at the first "}," followed by "{" after `block` bytes, and the array at
     the last ']' whose removal leaves a valid document. A wrong guess (a "}," inside a string or an
@@ -272,22 +262,12 @@ def split_table(raw: bytes | list, block: int | None = None) -> tuple[dict, pd.D
     cols = _Columns()
     skipped = 0
     start = pos
-    native = available()
     if block is None:
-        block = NATIVE_BLOCK if native else SPLIT_BLOCK
+        block = SPLIT_BLOCK
     while start < end:
         at, tries = start + block, 0
         while True:
             cut = _next_cut(raw, at, end)
-            got = columns_of(raw, start, cut) if native else None  # natively, where it can (decode/native.py)
-            if got is not None:
-                cols.add_native(got)
-                del got
-                break
-            if native and block > SPLIT_BLOCK:  # msgspec from here on: its blocks, not the native ones
-                block = SPLIT_BLOCK
-                at = start + block
-                cut = _next_cut(raw, at, end)
             chunk = b"".join((b"[", memoryview(raw)[start:cut], b"]"))  # one copy of the block, not three
             try:
                 try:
@@ -359,7 +339,7 @@ def read_event_table(path: str | Path, min_bytes: int | None = None, hasher=None
 
 def _streamed(path: Path, hasher, limit: int) -> tuple[dict, pd.DataFrame, int, int]:
     """read_event_table's stream decode of `path`, its errors as TraceError's one line."""
-    from .load import TraceError, gzip_errors, open_gzip, too_large
+    from .load import TraceError, bad_utf8, gzip_errors, open_gzip, too_large
 
     name = path.name
     gz = name.endswith(".gz")
@@ -380,6 +360,8 @@ def _streamed(path: Path, hasher, limit: int) -> tuple[dict, pd.DataFrame, int, 
         raise TraceError(f"{name}: truncated or corrupt gzip data ({exc}); the trace was probably cut off while being written") from None
     except msgspec.DecodeError as exc:
         raise TraceError(f"{name}: not valid JSON ({str(exc)[:120]}); truncated or corrupt trace") from None
+    except UnicodeDecodeError as exc:
+        raise bad_utf8(name, exc) from None
     except TextLimit:
         raise too_large(name, limit) from None
     except HeldTooMuch as exc:

@@ -26,7 +26,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .. import cext
+from .. import isal_lib
 
 LEVEL = 3
 """zlib level, where ISA-L is not used: measured on the DLRM timeline, level 3 deflates 200 MB/s at a
@@ -54,7 +54,7 @@ class GzipStream:
         or LEVEL."""
         self.path = Path(path)
         self.tmp = self.path.with_name(self.path.name + ".tmp")
-        isal = cext.isal()
+        isal = isal_lib.isal()
         self.lib = isal.isal_zlib if isal is not None else zlib
         self.level = level if level is not None else (ISAL_LEVEL if self.lib is not zlib else LEVEL)
         self.block = block or BLOCK

@@ -7,12 +7,8 @@ threads of its process: main thread first, then the other CPU threads, then the 
 `render_rank` (process and thread names, events, launch flows, as JSON text), never one dict per
 event: 1,000,000 events are about 130 MB of JSON.
 
-The text of the events and flows is written by the C extension where it is built (`event_batches`,
-`_flows_json`; analysis/_native_text.c, whose header says why its numbers parse to the same doubles),
-else column-wise with Arrow's string kernels (`_events_json`, and the end of `_flows_json`): the
-same objects, keys in the same order, the same values once parsed (tests/analysis/
-test_native_timeline.py compares both). Natively: 0.05 CPU-s for the 990,000 events of 16 ranks of
-20 MB, against 0.28 with Arrow.
+The text of the events and flows is written column-wise with Arrow's string kernels (`_events_json`,
+`_flows_json`): a batch of events is one array of strings, never one dict per event.
 """
 
 from __future__ import annotations
@@ -25,8 +21,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import cext
-from ..decode.native import unique_inverse
 from ..ranks.timeline_piece import is_in, window_mask
 
 ANNOT_TID = 0
@@ -90,7 +84,7 @@ def thread_ids(f: pa.Table, main_tid: str) -> tuple[dict[tuple[bool, str, str], 
     tc, tids = codes(f, "tid")
     gpu = col(f, "gpu")
     key = (gpu.astype(np.int64) * (len(pids) + 1) + pc_) * (len(tids) + 1) + tc
-    uniq, inv = unique_inverse(key, 2 * (len(pids) + 1) * (len(tids) + 1))
+    uniq, inv = np.unique(key, return_inverse=True)
     found = [(bool(k // ((len(pids) + 1) * (len(tids) + 1))), pids[(k // (len(tids) + 1)) % (len(pids) + 1)], tids[k % (len(tids) + 1)])
              for k in uniq.tolist()]
     out: dict = {}
@@ -146,64 +140,16 @@ def _events_json(f: pa.Table, r: int, shift: float, tids: np.ndarray) -> memoryv
     return _joined(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
 
 
-def _dictionary(t: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray, pa.Buffer | bytes] | None:
-    """A text column as (int64 codes, the int64 offsets and the data of its distinct values) for
-    the native text; None where it holds a null (the Arrow path then writes what it writes)."""
-    arr = t.column(name).combine_chunks()
-    if not pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_encode()
-    d = arr.dictionary.cast(pa.large_string())
-    if arr.null_count or d.null_count:
-        return None
-    offsets = np.frombuffer(d.buffers()[1], dtype=np.int64)[d.offset: d.offset + len(d) + 1]
-    return arr.indices.to_numpy(zero_copy_only=False).astype(np.int64), offsets, d.buffers()[2] or b""
-
-
-class TextBuffer:
-    """Where the native text of a batch is written, kept from batch to batch and rank to rank: a
-    fresh bytes object per batch was faulted in anew each time (the 138 MB of text of 16 ranks:
-    about 34,000 page faults, 0.1 CPU-s of the kernel's). It grows to the largest batch's bound
-    (about 3 times its text), uninitialised: only the pages the text reaches are ever resident."""
-
-    def __init__(self):
-        self.buf = np.empty(0, dtype=np.uint8)
-
-
-def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray, native: bool = True,
-                  scratch: TextBuffer | None = None):
+def event_batches(f: pa.Table, r: int, shift: float, tids: np.ndarray):
     """The events of `f` as JSON text, BATCH events at a time (runs of objects each followed by a
-    comma): natively where the extension is built (_native_text.c: the same objects, numbers that
-    parse to the same doubles), else (or with native=False) with Arrow's string kernels. With
-    `scratch`, the native text is a view of its buffer, valid until the next batch is asked for."""
-    # (an extension built before this function existed has none: an editable install not rebuilt)
-    events_json = getattr(cext.get(), "events_json", None) if native else None
-    cat, name = (_dictionary(f, "cat_json"), _dictionary(f, "name_json")) if events_json is not None else (None, None)
-    if cat is None or name is None:
-        for lo in range(0, len(f), BATCH):
-            yield _events_json(f.slice(lo, BATCH), r, shift, tids[lo: lo + BATCH])
-        return
-    is_x, ts, dur, corr = (np.ascontiguousarray(col(f, c)) for c in ("is_x", "ts", "dur", "corr"))
-    has_args = (corr >= 0) & (col(f, "gpu") | col(f, "runtime"))
-    corr_i = np.where(has_args, corr, 0).astype(np.int64)
-    tids = np.ascontiguousarray(tids, dtype=np.int64)
+    comma), so that the text of one batch at a time is in memory."""
     for lo in range(0, len(f), BATCH):
-        b = slice(lo, lo + BATCH)
-        cols = (is_x[b], cat[0][b], cat[1], cat[2], name[0][b], name[1], name[2], ts[b], dur[b], tids[b], corr_i[b], has_args[b],
-                r, float(shift))
-        if scratch is None:
-            yield events_json(*cols)
-            continue
-        n = events_json(*cols, scratch.buf)
-        if n < 0:  # more than the buffer holds: -n is the bound
-            scratch.buf = np.empty(-n, dtype=np.uint8)
-            n = events_json(*cols, scratch.buf)
-        yield memoryview(scratch.buf[:n])
+        yield _events_json(f.slice(lo, BATCH), r, shift, tids[lo: lo + BATCH])
 
 
 def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarray) -> tuple[memoryview | bytes, int]:
     """Launch flows: from each runtime call to the device event it launched (same correlation id;
-    the last runtime call of an id wins), each arrow a pair of 's' and 'f' events; and their count.
-    The text natively where the extension is built (_native_text.c), else with Arrow."""
+    the last runtime call of an id wins), each arrow a pair of 's' and 'f' events; and their count."""
     corr = col(f, "corr")
     ts = col(f, "ts")
     rt = col(f, "runtime") & (corr >= 0)
@@ -219,9 +165,6 @@ def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarr
     c = corr[cand].astype(np.int64)
     src = last.reindex(c).to_numpy()
     fid, s_tid, s_ts, f_tid, f_ts = c * 100_000 + r, tids[rt][src], ts[rt][src], tids[cand], ts[cand]
-    flows_json = getattr(cext.get(), "flows_json", None)
-    if flows_json is not None:
-        return flows_json(fid, s_tid, s_ts, f_tid, f_ts, r, float(shift)), 2 * int(cand.sum())
     fid = _text(fid)
     s = pc.binary_join_element_wise('{"ph":"s","cat":"launch","name":"launch","id":', fid, f',"pid":{r},"tid":', _text(s_tid),
                                     ',"ts":', _text(s_ts - shift), '},', "")
@@ -230,12 +173,11 @@ def _flows_json(f: pa.Table, r: int, shift: float, threads: dict, tids: np.ndarr
     return _joined(pc.binary_join_element_wise(s, e, "")), 2 * int(cand.sum())
 
 
-def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep_flows: bool, write,
-                scratch: TextBuffer | None = None) -> int:
+def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep_flows: bool, write) -> int:
     """The rank's process: its name, its threads' names, its events (shifted by -shift: onto the
     job's clock, time 0 at the start of the first chosen step), and its launch flows, handed to
     `write` as runs of JSON objects each followed by a comma; returns the number of events that are
-    not metadata. With `scratch` (event_batches), `write` must copy what it is handed before it returns."""
+    not metadata."""
     r = label.rank
     gpu = col(f, "gpu")
     dev = col(f, "dev")[gpu]
@@ -251,7 +193,7 @@ def render_rank(f: pa.Table, label: RankLabel, main_tid: str, shift: float, keep
     for new, name in threads.values():
         meta += [_meta(r, new, "thread_name", {"name": name}), _meta(r, new, "thread_sort_index", {"sort_index": new})]
     write(b"".join(msgspec.json.encode(m) + b"," for m in meta))
-    for text in event_batches(f, r, shift, tids, scratch=scratch):  # in batches: the text of a batch is made and handed on
+    for text in event_batches(f, r, shift, tids):  # in batches: the text of a batch is made and handed on
         write(text)
     n = len(f)
     if keep_flows and len(f):

@@ -23,8 +23,8 @@ result. The parent reads the pieces twice, one rank at a time: once to count wha
 select (per kind, and the distinct durations of the kinds the budget may cut), once to write; the
 file is a stream (gzip_stream.py). Memory: one rank's piece, never all ranks' events. What a rank
 freed goes back to the system after it (render_rank): kept instead, it saved 33,000 page faults at 16
-ranks but the parent's peak grew 7 MB (fragmentation); the two buffers the text passes through (the
-native text's, timeline_render.TextBuffer, and the stream's blocks) are kept from rank to rank.
+ranks but the parent's peak grew 7 MB (fragmentation); the stream's block buffers are kept from rank
+to rank.
 
 Size budget (timeline_budget.py): at most `max_events` events. Above it, whole kinds of low value are dropped first
 (DROP_ORDER: flows, Python functions, short CPU ops, runtime calls, instant events, long CPU ops),
@@ -57,7 +57,7 @@ from .gzip_stream import GzipStream
 from .layout import TIMELINE_FILE
 from .rounding import round_summary
 from .timeline_budget import DROP_ORDER, Counts
-from .timeline_render import ANNOT_TID, SELECT_COLUMNS, RankLabel, TextBuffer, keep_rows, read_piece, render_rank, window_rows
+from .timeline_render import ANNOT_TID, SELECT_COLUMNS, RankLabel, keep_rows, read_piece, render_rank, window_rows
 
 FILE_NAME = TIMELINE_FILE
 DEFAULT_MAX_EVENTS = 1_000_000
@@ -285,7 +285,6 @@ def write_timeline(
 
     path = Path(out_dir) / FILE_NAME
     kept = 0
-    scratch = TextBuffer()  # gz.write copies what it is handed
     with GzipStream(path) as gz:
         gz.write(b'{"traceEvents":[')
         arr = _Elements(gz)
@@ -295,8 +294,7 @@ def write_timeline(
             if rows[r] is not None:
                 f = keep_rows(f, np.unpackbits(rows[r], count=f.num_rows).astype(bool))
             f = keep_rows(f, budget.mask(f))
-            kept += render_rank(f, RankLabel(r, src.node, src.device), src.main_tid, offs.get(r, 0.0) + origin, budget.keep_flows, arr.add,
-                                scratch)
+            kept += render_rank(f, RankLabel(r, src.node, src.device), src.main_tid, offs.get(r, 0.0) + origin, budget.keep_flows, arr.add)
             del f
             arr.add(_encode([m for x in built for m in (
                 {"ph": "M", "name": "thread_name", "pid": r, "tid": x.tid, "args": {"name": x.name}},

@@ -40,8 +40,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..decode.columns import text_codes
-
 NCCL_RE = re.compile(r"^nccl.*Kernel")  # HTA's NCCL_KERNEL_RE (hta.utils.utils)
 HOST_COMM_RE = re.compile(r"^(?:c10d::|_c10d_functional::|c10d_functional::|symm_mem::|record_param_comms$|nccl:)")
 """Host ops that launch collectives (PyTorch's distributed ops and their profiler annotations)."""
@@ -156,14 +154,10 @@ class Names:
 
     @classmethod
     def column(cls, ev: pd.DataFrame, col: str, n: int) -> "Names":
-        """Column `col` of the event table factorized (all missing where the table has no such column);
-        on the table as the decode returned it, the codes the native decode kept
-        (decode.columns.text_codes: the same codes and texts, not a factorization again, about 1.3 ms
-        a column of a 20 MB rank)."""
+        """Column `col` of the event table factorized (all missing where the table has no such column)."""
         if col not in ev:
             return cls(None, np.full(n, -1, dtype=np.intp), np.empty(0, dtype=object))
-        kept = text_codes(ev, col)
-        return cls(None, *kept) if kept is not None else cls(ev[col])
+        return cls(ev[col])
 
     def take(self, rows: np.ndarray) -> "Names":
         return Names(None, self.codes[rows], self.uniq)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import cext
 from .comm_kernels import Names, one_of
 
 TOP_OPERATORS = 30
@@ -119,18 +118,8 @@ def _walk(tid: np.ndarray, t0: np.ndarray, op: np.ndarray, g: np.ndarray, op_end
     """(host self, device total, device self) per operator, from the walk (in walk order: thread code,
     start, operator index or -1 for a runtime call, GPU time that call launched): a stack of the
     thread's open operators; an operator's duration is taken from its parent's host self time, a
-    runtime call's GPU time goes to every open operator (total) and the innermost (self). In C
-    (analysis/_native.c: 1.4 ms against 22 ms for a 20 MB rank) where built, with the same
-    operations in the same order, so the same doubles; else in Python."""
+    runtime call's GPU time goes to every open operator (total) and the innermost (self)."""
     n_ops = op_end.size
-    ext = cext.get()
-    if ext is not None:
-        host_self, dev_total, dev_self = op_dur.astype(np.float64), np.zeros(n_ops), np.zeros(n_ops)
-        ext.walk(np.ascontiguousarray(tid, dtype=np.int64), np.ascontiguousarray(t0, dtype=np.float64),
-                 np.ascontiguousarray(op, dtype=np.int64), np.ascontiguousarray(g, dtype=np.float64),
-                 np.ascontiguousarray(op_end, dtype=np.float64), np.ascontiguousarray(op_dur, dtype=np.float64),
-                 host_self, dev_total, dev_self)
-        return host_self, dev_total, dev_self
     dur_l = op_dur.tolist()
     host_self_l = list(dur_l)
     dev_total_l = [0.0] * n_ops

@@ -1,0 +1,27 @@
+"""ISA-L (the `isal` package), the analysis' optional gzip accelerator.
+
+`isal` is a dependency where it has wheels (pyproject.toml). Its deflate writes the merged timeline
+(outputs/gzip_stream.py) and its inflate reads .json.gz traces (decode/load.py, decode/stream.py);
+where it is missing, or switched off with HPCPROF_ISAL=0, zlib and Python's gzip module do the same
+work: the same JSON text either way (tests/analysis/test_stream_decode.py reads traces both ways).
+"""
+
+from __future__ import annotations
+
+import os
+
+ISAL_ENV = "HPCPROF_ISAL"
+
+
+def isal():
+    """The `isal` package (its `isal_zlib` and `igzip` modules), or None: not installed, or switched
+    off with HPCPROF_ISAL=0."""
+    if os.environ.get(ISAL_ENV, "1") == "0":
+        return None
+    try:
+        import isal
+        import isal.igzip
+        import isal.isal_zlib
+    except ImportError:
+        return None
+    return isal
