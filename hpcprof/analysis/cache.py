@@ -36,9 +36,9 @@ from .outputs.layout import AnalysisDir
 from .outputs.summary import read_summary
 from .progress import bytes_bar
 
-ANALYSIS_VERSION = 17  # bump when a rank's analysis changes (meta.json, the per-rank tables); history: git log
+ANALYSIS_VERSION = 18  # bump when a rank's analysis changes (meta.json, the per-rank tables); history: git log
 # bump when the reduce or the outputs change (the per-rank tables have ANALYSIS_VERSION)
-REDUCE_VERSION = 17
+REDUCE_VERSION = 18
 META = "meta.json"
 
 

@@ -55,6 +55,12 @@ OWN_ARGS = (
     ("occupancy_pct", "est. achieved occupancy %"),
     ("device", "device"),
     ("external_id_lc", "external id"),  # older Kineto's spelling of "External id"
+    # `[memory]` instant events and module nodes the memory view reads (ranks/memory_view.py)
+    ("mem_bytes", "Bytes"),
+    ("mem_addr", "Addr"),
+    ("total_reserved", "Total Reserved"),
+    ("device_id", "Device Id"),
+    ("module_id", "Python module id"),
 )
 TOP_LEVEL = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "s")
 # top-level trace keys kept as metadata (everything Kineto writes besides traceEvents)

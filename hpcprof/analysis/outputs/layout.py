@@ -28,6 +28,8 @@ PLOT_FILES = {
     "operators": "operators.png",
     "launches": "launches.png",
     "critical_path": "critical_path.png",
+    "memory": "memory.png",
+    "memory_ranks": "memory_ranks.png",
 }
 """Chart key (summary.json outputs.plots) -> file name under plots/."""
 

@@ -21,6 +21,7 @@ from ..reduce.whatif import NO_STRAGGLER_TEXT
 from .htmlparts import esc, group_warnings, json_text, num, table
 from .layout import REPORT_FILE
 from .gpu_section import gpu_summary_section
+from .memory_section import memory_section
 from .report_sections import communication_section, critical_path_section, critical_path_verdict
 from .run_config import run_config
 
@@ -44,6 +45,7 @@ SECTIONS = (
     ("critical-path", "Critical path across ranks"),
     ("communication", "Communication: transfer and waiting"),
     ("gpu-summary", "GPU summary (the profiler plugin's figures)"),
+    ("memory", "Memory view per rank"),
     ("timeline", "Merged timeline and clock alignment"),
     ("per-rank", "Per rank"),
     ("gpu", "GPU time and kernels"),
@@ -286,6 +288,8 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     section("critical-path", critical_path_section(s, tables, _chart("critical_path", "Critical path across ranks", plots, omitted)))
     section("communication", communication_section(s, tables))
     section("gpu-summary", gpu_summary_section(s))
+    section("memory", memory_section(s, _chart("memory", "Memory per rank", plots, omitted)
+                                     + _chart("memory_ranks", "Allocated memory of all ranks", plots, omitted)))
     # timeline and clocks
     tl, ca = s.get("timeline") or {}, s.get("clock_alignment") or {}
     body = ""

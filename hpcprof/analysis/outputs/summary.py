@@ -65,6 +65,7 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "communication": red.communication,
         "critical_path": red.critical_path.summary() if red.critical_path is not None else None,
         "gpu_summary": red.gpu_summary,
+        "memory_view": red.memory_view,
         "recommendations": [{"title": r["title"], "evidence": r["evidence"], "score": r["score"]} for r in red.recommendations],
         "step_time": red.steps.spread,
         "throughput": red.throughput,

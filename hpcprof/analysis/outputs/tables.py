@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..reduce.crossrank import Reduced
 from ..reduce.gpu_summary import gpu_summary_table
+from ..reduce.memory_view import memory_table, operators_table
 from .rounding import csv_frame
 
 
@@ -29,6 +30,8 @@ def output_tables(red: Reduced) -> dict[str, pd.DataFrame]:
         "whatif_steps": red.whatif.steps if red.whatif is not None else pd.DataFrame(),
         "critical_path": red.critical_path.links if red.critical_path is not None else pd.DataFrame(),
         "gpu_summary": gpu_summary_table(red.gpu_summary) if red.gpu_summary is not None else pd.DataFrame(),
+        "memory_view": memory_table(red.memory_view) if red.memory_view is not None else pd.DataFrame(),
+        "memory_operators": operators_table(red.memory_view) if red.memory_view is not None else pd.DataFrame(),
     }
     if not red.steps.records.empty:
         tables["steps_all"] = red.steps.records

@@ -26,6 +26,7 @@ from ..decode.stream import read_event_table
 from .categories import CategoryClock
 from .comm_kernels import Names
 from .gpu_summary import rank_gpu_summary
+from .memory_view import memory_view
 from .operators import operator_table
 from .result import RankResult, write_table
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
@@ -150,6 +151,11 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     except Exception as exc:
         gsum = None
         warnings.append(f"{name} (rank {tm.rank}): no GPU summary ({type(exc).__name__}: {exc})")
+    try:  # the profiler plugin's memory view (ranks/memory_view.py); never costs the rank
+        mview = memory_view(table, tm.device_properties)
+    except Exception as exc:
+        mview = None
+        warnings.append(f"{name} (rank {tm.rank}): no memory view ({type(exc).__name__}: {exc})")
     clock, busy = tl.category_clock(), tl.busy()  # each made once, for both tables
     write_table(_steps_table(tl, clock, busy), out / "steps.parquet")
     write_table(_collectives_table(tl, clock), out / "collectives.parquet")
@@ -228,6 +234,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         "control_left_out": tl.control_left_out,
         "warnings": warnings,
         "gpu_summary": gsum,
+        "memory_view": mview,
         **gpu,
     }
     (out / cache.META).write_text(json.dumps(meta, indent=1))

@@ -21,6 +21,7 @@ from . import whatif
 from .communication import comm_share_pct, communication, ours_kernel_types
 from .critical_path import CriticalPath, critical_paths
 from .gpu_summary import gpu_summary
+from .memory_view import memory_view
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
@@ -86,6 +87,8 @@ class Reduced(RankNumbers):
     """Why the ranks trained alone (reduce.workload.trained_alone), or None."""
     gpu_summary: dict | None = None
     """summary.json `gpu_summary` (reduce.gpu_summary): the profiler plugin's GPU figures per rank and across ranks."""
+    memory_view: dict | None = None
+    """summary.json `memory_view` (reduce.memory_view): the profiler plugin's memory view per rank, peaks across ranks."""
 
 
 def rank_table(keep: dict[int, RankResult], name: str) -> pd.DataFrame:
@@ -193,7 +196,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
         whatif=wi,
         throughput=tp, throughput_steps=tp_steps, communication=comm, critical_path=crit,
         workload=workload(manifest, steps.job_records), job_collectives=job_colls, control_collectives=control_colls,
-        trained_alone=alone, gpu_summary=gpu_summary(metas),
+        trained_alone=alone, gpu_summary=gpu_summary(metas), memory_view=memory_view(metas),
     )
 
 
