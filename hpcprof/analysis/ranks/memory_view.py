@@ -11,7 +11,8 @@ defines it, from the trace's `[memory]` instant events (`profile_memory=True`):
   ties that event to and the ProfilerStep#N whose range holds it;
 - the operators that allocate: each event goes to the innermost host node of its thread holding
   its time (the plugin's call tree: operators, `python` events, ProfilerStep#N, collectives, module
-  nodes; a node crossing its parent's end left out), and counts only where that node is an
+  nodes; a node crossing its parent's end left out; an operator whose only child is an operator
+  of the same name absorbs it, as the plugin's remove_dup_nodes does), and counts only where that node is an
   operator (a `cpu_op` that is no ProfilerStep, DataLoader step, `Optimizer.*` or
   (Distributed)DataParallel.forward). "Self" figures hold the events of the operator itself, the
   others those of its whole subtree, summed over every node of that name (nested nodes of one name
@@ -84,14 +85,44 @@ def _tree_nodes(table: pd.DataFrame, tids: set) -> pd.DataFrame:
     counted = op[t.index] & ~step[t.index] & ~nm.str.startswith("Optimizer.") & ~nm.isin(NOT_OPERATOR) \
         & ~((nm.str.startswith("enumerate(DataLoader)#") & nm.str.endswith(".__next__")) | nm.str.startswith("enumerate(DataPipe)#"))
     out["operator"] = counted.to_numpy(dtype=bool)
+    out["op_type"] = (op[t.index] & ~step[t.index]).to_numpy(dtype=bool)  # the plugin's EventTypes.OPERATOR
     out = out[np.isfinite(out["start"].to_numpy()) & out["tid"].isin(tids).to_numpy()]
     return out
 
 
+def _tree(start: list, end: list, names: list, op_type: list) -> tuple[list[int], list[int]]:
+    """The plugin's call tree of one thread (OpTreeBuilder: nodes by start, the longer first; a node
+    crossing its parent's end left out; then remove_dup_nodes: an operator whose only child is an
+    operator of the same name absorbs it). Returns each node's parent (-1: the root; -2: left out)
+    and the node each node's time belongs to (itself, or the node that absorbed it)."""
+    n = len(start)
+    parent, owner = [-2] * n, list(range(n))
+    children: list[list[int]] = [[] for _ in range(n + 1)]  # the root last
+    stack = [(n, math.inf)]
+    for j in range(n):
+        while stack[-1][1] <= start[j]:
+            stack.pop()
+        if end[j] <= stack[-1][1]:
+            p = stack[-1][0]
+            parent[j] = -1 if p == n else p
+            children[p].append(j)
+            stack.append((j, end[j]))
+    for j in range(n):  # by start: a node before its descendants, so an absorbing node is final
+        if parent[j] == -2 or owner[j] != j:
+            continue
+        while len(children[j]) == 1 and names[children[j][0]] == names[j] and op_type[j] and op_type[children[j][0]]:
+            c = children[j][0]
+            owner[c] = j
+            children[j] = children[c]
+            for g in children[j]:
+                parent[g] = j
+    return parent, owner
+
+
 def _attribute(nodes: pd.DataFrame, mem: pd.DataFrame) -> tuple[np.ndarray, dict[str, dict[str, list]]]:
-    """Each event's operator name (None: not tied to an operator) and, per device, per operator name:
-    [self increase, self allocation size, self allocation count, increase, allocation size,
-    allocation count] (the plugin's MemoryMetrics order)."""
+    """Each event's operator name (None: a free, or not tied to an operator) and, per device, per
+    operator name: [self increase, self allocation size, self allocation count, increase, allocation
+    size, allocation count] (the plugin's MemoryMetrics order)."""
     op_of = np.full(len(mem), None, dtype=object)
     stats: dict[str, dict[str, list]] = {}
     for tid, recs in mem.groupby("tid", sort=False):
@@ -99,21 +130,21 @@ def _attribute(nodes: pd.DataFrame, mem: pd.DataFrame) -> tuple[np.ndarray, dict
         order = np.lexsort((-nd["end"].to_numpy(), nd["start"].to_numpy()))
         start, end = nd["start"].to_numpy()[order].tolist(), nd["end"].to_numpy()[order].tolist()
         names, is_op = nd["name"].to_numpy()[order].tolist(), nd["operator"].to_numpy()[order].tolist()
-        parent = [-1] * len(start)
+        parent, owner = _tree(start, end, names, nd["op_type"].to_numpy()[order].tolist())
         own: dict[int, dict[str, list]] = {}  # node -> device -> its own three figures
         stack = [(-1, math.inf)]  # (node, end) from the root (-1, holding everything) to the innermost open node
         j = 0
         for p, ts, dev, nb in zip(recs.index.tolist(), recs["ts"].tolist(), recs["device"].tolist(), recs["bytes"].tolist()):
-            while j < len(start) and start[j] <= ts:  # the nodes started by then, nested as the plugin nests them
-                while stack[-1][1] <= start[j]:
-                    stack.pop()
-                if end[j] <= stack[-1][1]:  # a node crossing its parent's end is left out
-                    parent[j] = stack[-1][0]
+            while j < len(start) and start[j] <= ts:  # the nodes started by then (those in the tree)
+                if parent[j] != -2:
+                    while stack[-1][1] <= start[j]:
+                        stack.pop()
                     stack.append((j, end[j]))
                 j += 1
             while stack[-1][1] <= ts:  # a node holds [start, end)
                 stack.pop()
             node = stack[-1][0]
+            node = owner[node] if node >= 0 else node
             if node < 0 or not is_op[node] or dev is None:
                 continue
             if nb > 0:  # the plugin names the operator of allocations only
@@ -123,11 +154,11 @@ def _attribute(nodes: pd.DataFrame, mem: pd.DataFrame) -> tuple[np.ndarray, dict
             if nb > 0:
                 f[1] += nb
                 f[2] += 1
-        # whole subtrees: children after their parents in start order, so add from the last node up
-        total: dict[int, dict[str, list]] = {n: {d: v[:3] for d, v in fs.items()} for n, fs in own.items()}
+        # whole subtrees: descendants after their ancestors in start order, so add from the last node up
+        total: dict[int, dict[str, list]] = {n: {d: v[:] for d, v in fs.items()} for n, fs in own.items()}
         for n in range(len(start) - 1, -1, -1):
             p = parent[n]
-            if n in total and p >= 0:
+            if n in total and p >= 0 and owner[n] == n:
                 dst = total.setdefault(p, {})
                 for d, v in total[n].items():
                     t = dst.setdefault(d, [0.0] * 3)

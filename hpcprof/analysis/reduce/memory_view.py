@@ -16,7 +16,9 @@ import pandas as pd
 
 PEAK_TOLERANCE = 0.10
 """A rank's peak differs when it is more than 10% above or below the median peak of the ranks
-measured on the same basis and device kind (data-parallel ranks hold the same model and batch)."""
+measured on the same basis and device kind (data-parallel ranks hold the same model and batch).
+With an even count the lower of the two middle peaks is the median: of two ranks, the one that
+holds more is named, not both."""
 NO_VIEW = "the map kept no memory view for this rank (see the warnings)"
 RANK_FIELDS = ("device", "basis", "events", "peak_allocated_bytes", "peak_reserved_bytes", "peak_time_ms",
                "peak_operator", "peak_step", "device_total_bytes")
@@ -39,12 +41,13 @@ def rank_rows(metas: dict[int, dict]) -> list[dict[str, Any]]:
 
 
 def across_ranks(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The peaks side by side: min, median, max (with the ranks), and `differs`: the ranks whose peak
-    is more than PEAK_TOLERANCE from the median, each with its deviation; `reason` when no rank has
-    a peak (the first rank's reason)."""
+    """The peaks side by side: min, median (the lower one, PEAK_TOLERANCE), max (with the ranks), and
+    `differs`: the ranks whose peak is more than PEAK_TOLERANCE from the median, each with its
+    deviation; `reason` when no rank has a peak (the first rank's reason)."""
     have = [r for r in rows if r["peak_allocated_bytes"] is not None]
     out: dict[str, Any] = {"ranks": len(have), "tolerance_pct": 100 * PEAK_TOLERANCE, "min": None, "min_rank": None,
-                           "median": None, "max": None, "max_rank": None, "differs": [], "reason": None, "mixed_basis": False}
+                           "median": None, "max": None, "max_rank": None, "differs": [], "reason": None, "mixed_basis": False,
+                           "basis": None}
     if not have:
         out["reason"] = next((r["reason"] for r in rows if r["reason"]), "no rank has a memory view")
         return out
@@ -52,8 +55,8 @@ def across_ranks(rows: list[dict[str, Any]]) -> dict[str, Any]:
     kind = pd.Series([(r["basis"], (r["device"] or "")[:3]) for r in have]).value_counts().index[0]
     same = [r for r in have if (r["basis"], (r["device"] or "")[:3]) == kind]
     out["mixed_basis"] = len(same) < len(have)
-    peaks = np.array([r["peak_allocated_bytes"] for r in same], dtype=np.float64)
-    med = float(np.median(peaks))
+    peaks = np.sort(np.array([r["peak_allocated_bytes"] for r in same], dtype=np.float64))
+    med = float(peaks[(len(peaks) - 1) // 2])  # the lower median (PEAK_TOLERANCE)
     lo = min(same, key=lambda r: (r["peak_allocated_bytes"], r["rank"]))
     hi = max(same, key=lambda r: (r["peak_allocated_bytes"], -r["rank"]))
     out.update(min=lo["peak_allocated_bytes"], min_rank=lo["rank"], median=med, max=hi["peak_allocated_bytes"],
