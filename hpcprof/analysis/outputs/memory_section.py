@@ -11,7 +11,10 @@ from .htmlparts import esc, num, table
 
 
 def _mib(v) -> str:
-    return "–" if v is None else f"{v / 2**20:,.1f} MiB"
+    """A size in MiB (KiB below one MiB: a CPU rank's few kilobytes are not "0.0 MiB")."""
+    if v is None:
+        return "–"
+    return f"{v / 2**20:,.1f} MiB" if abs(v) >= 2**20 else f"{v / 2**10:,.1f} KiB"
 
 
 def memory_section(s: dict, charts: str) -> str:

@@ -207,8 +207,8 @@ def _thin(t: np.ndarray, a: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.n
 def memory_view(table: pd.DataFrame, device_properties: list | None = None) -> dict[str, Any]:
     """The rank's memory view (module docstring) as plain JSON values, for meta.json `memory_view`.
     Without `[memory]` events: `events` 0 and `reason` NO_EVENTS, every other field None."""
-    name = table["name"].astype("string")
-    m = ((table["ph"].astype("string") == "i") & (name == "[memory]")).fillna(False).to_numpy(dtype=bool)
+    m = np.array(table["name"] == "[memory]", dtype=bool)  # object compare: no text column made for every event
+    m[m] = np.asarray(table["ph"][m] == "i", dtype=bool)
     base: dict[str, Any] = {"events": int(m.sum()), "reason": None, "device": None, "devices": [], "basis": None,
                             "peak_allocated_bytes": None, "peak_time_ms": None, "peak_operator": None, "peak_step": None,
                             "peak_reserved_bytes": None, "device_total_bytes": None, "curve": None, "steps": [],
