@@ -193,3 +193,28 @@ def test_memory_peaks_of_a_real_run_equal_the_plugins_and_the_report_draws_every
     html = (run_dir / "analysis" / "report.html").read_text()
     assert "id='memory'" in html and "rank 1: peak" in html
     assert all(Path(s["outputs"]["plots"][k]).is_file() for k in ("memory", "memory_ranks"))
+
+
+def test_a_rank_whose_peak_is_20_percent_higher_is_named_and_one_5_percent_higher_is_not(tmp_path):
+    """70 ranks holding the V100 trace's memory view, rank 5's curve raised by 20% and rank 9's by 5%:
+    only rank 5 is named (tolerance 10%), with +20% from the median; with over 64 ranks each curve
+    in summary.json keeps 100 points and its peak."""
+    import copy
+
+    from hpcprof.analysis.decode.stream import read_event_table
+    from hpcprof.analysis.ranks.memory_view import memory_view as rank_view
+    from hpcprof.analysis.reduce.memory_view import memory_view
+
+    meta, table, _, _ = read_event_table(next(require(KINETO4).glob("*.json.gz")))
+    view = rank_view(table, meta.get("deviceProperties"))
+    metas = {r: {"memory_view": copy.deepcopy(view)} for r in range(70)}
+    for rank, factor in ((5, 1.2), (9, 1.05)):
+        v = metas[rank]["memory_view"]
+        v["peak_allocated_bytes"] *= factor
+        v["curve"]["allocated_bytes"] = [a * factor for a in v["curve"]["allocated_bytes"]]
+    s = memory_view(metas)
+    differs = s["across_ranks"]["differs"]
+    assert [d["rank"] for d in differs] == [5] and differs[0]["vs_median_pct"] == pytest.approx(20.0)
+    assert s["across_ranks"]["max_rank"] == 5 and s["across_ranks"]["median"] == view["peak_allocated_bytes"]
+    for r in s["per_rank"]:
+        assert len(r["curve"]["time_ms"]) == 100 and max(r["curve"]["allocated_bytes"]) == r["peak_allocated_bytes"]

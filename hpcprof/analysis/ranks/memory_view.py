@@ -195,11 +195,11 @@ def _step_of(ts: np.ndarray, steps: list[tuple[int, float, float]]) -> np.ndarra
     return out
 
 
-def _thin(t: np.ndarray, a: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """At most CURVE_POINTS points: per bin of consecutive events the one with the most allocated."""
-    if len(t) <= CURVE_POINTS:
+def _thin(t: np.ndarray, a: np.ndarray, r: np.ndarray, points: int = CURVE_POINTS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """At most `points` points: per bin of consecutive events the one with the most allocated."""
+    if len(t) <= points:
         return t, a, r
-    edges = np.linspace(0, len(t), CURVE_POINTS + 1).astype(np.int64)
+    edges = np.linspace(0, len(t), points + 1).astype(np.int64)
     pick = np.array([lo + int(np.argmax(a[lo:hi])) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo])
     return t[pick], a[pick], r[pick]
 
@@ -289,3 +289,14 @@ def memory_view(table: pd.DataFrame, device_properties: list | None = None) -> d
                               "self_increase_bytes": v[0], "allocation_bytes": v[4], "allocations": int(v[5]),
                               "increase_bytes": v[3]} for n, v in top if v[1] > 0]
     return base
+
+
+def thin_curve(curve: dict | None, points: int) -> dict | None:
+    """A `curve` of memory_view() with at most `points` points, chosen as memory_view chooses them
+    (the peak stays)."""
+    if not curve or len(curve["time_ms"]) <= points:
+        return curve
+    res = np.array([np.nan if v is None else v for v in curve["reserved_bytes"]], dtype=np.float64)
+    t, a, r = _thin(np.asarray(curve["time_ms"], dtype=np.float64), np.asarray(curve["allocated_bytes"], dtype=np.float64),
+                    res, points)
+    return {"time_ms": t.tolist(), "allocated_bytes": a.tolist(), "reserved_bytes": [None if v != v else float(v) for v in r.tolist()]}

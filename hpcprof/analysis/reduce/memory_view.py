@@ -14,12 +14,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..ranks.memory_view import thin_curve
+
 PEAK_TOLERANCE = 0.10
 """A rank's peak differs when it is more than 10% above or below the median peak of the ranks
 measured on the same basis and device kind (data-parallel ranks hold the same model and batch).
 With an even count the lower of the two middle peaks is the median: of two ranks, the one that
 holds more is named, not both."""
 NO_VIEW = "the map kept no memory view for this rank (see the warnings)"
+MANY_RANKS, FEW_POINTS = 64, 100
+"""Beyond MANY_RANKS ranks each curve keeps FEW_POINTS points in summary.json (the peak stays): 1,024
+ranks of 400 points made the summary 15 MB."""
 RANK_FIELDS = ("device", "basis", "events", "peak_allocated_bytes", "peak_reserved_bytes", "peak_time_ms",
                "peak_operator", "peak_step", "device_total_bytes")
 
@@ -28,6 +33,7 @@ def rank_rows(metas: dict[int, dict]) -> list[dict[str, Any]]:
     """One record per rank (rank order): its peak figures, top operators, per-step figures, curve,
     and `reason` where it has no view (no [memory] events: recorded without profile_memory)."""
     rows = []
+    points = FEW_POINTS if len(metas) > MANY_RANKS else None
     for rank in sorted(metas):
         v = metas[rank].get("memory_view")
         if not isinstance(v, dict):
@@ -36,7 +42,8 @@ def rank_rows(metas: dict[int, dict]) -> list[dict[str, Any]]:
             continue
         rows.append({"rank": rank, **{f: v.get(f) for f in RANK_FIELDS}, "reason": v.get("reason"),
                      "null_reasons": dict(v.get("null_reasons") or {}), "top_operators": list(v.get("top_operators") or []),
-                     "steps": list(v.get("steps") or []), "curve": v.get("curve")})
+                     "steps": list(v.get("steps") or []),
+                     "curve": thin_curve(v.get("curve"), points) if points else v.get("curve")})
     return rows
 
 
