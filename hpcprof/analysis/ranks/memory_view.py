@@ -53,7 +53,7 @@ def _device_names(dtype: np.ndarray, did: np.ndarray) -> np.ndarray:
     out = np.full(len(dtype), None, dtype=object)
     out[dtype == 0] = "CPU"
     gpu = (dtype == 1) & ~np.isnan(did)
-    out[gpu] = ["GPU%d" % d for d in did[gpu].astype(np.int64)]
+    out[gpu] = [f"GPU{d}" for d in did[gpu].astype(np.int64).tolist()]
     return out
 
 
@@ -183,7 +183,7 @@ def _steps(table: pd.DataFrame) -> list[tuple[int, float, float]]:
     t = table.loc[m]
     ts, dur = _num(t, "ts"), np.nan_to_num(_num(t, "dur"))
     step = pd.to_numeric(name[m].str.slice(len("ProfilerStep#")), errors="coerce").to_numpy()
-    rows = sorted({(int(s), float(a), float(a + d)) for s, a, d in zip(step, ts, dur) if s == s and a == a}, key=lambda r: r[1])
+    rows = sorted({(int(s), float(a), float(a + d)) for s, a, d in zip(step, ts, dur) if not (math.isnan(s) or math.isnan(a))}, key=lambda r: r[1])
     return rows
 
 
@@ -271,7 +271,7 @@ def memory_view(table: pd.DataFrame, device_properties: list | None = None) -> d
             else "host memory: the trace does not say its size"
     ct, ca, cr = _thin(tms, alloc, res)
     base["curve"] = {"time_ms": ct.tolist(), "allocated_bytes": ca.tolist(),
-                     "reserved_bytes": [None if v != v else float(v) for v in cr.tolist()]}
+                     "reserved_bytes": [None if math.isnan(v) else float(v) for v in cr.tolist()]}
     nb = d["bytes"].to_numpy()
     for s, _a, _b in steps:
         on = step_of == s
@@ -280,7 +280,7 @@ def memory_view(table: pd.DataFrame, device_properties: list | None = None) -> d
         pos = np.flatnonzero(on & (nb > 0))
         big = int(pos[np.argmax(nb[pos])]) if len(pos) else None
         base["steps"].append({"step": s, "peak_allocated_bytes": float(alloc[on].max()),
-                              "allocated_bytes": float(nb[pos].sum()) if len(pos) else 0.0, "allocations": int(len(pos)),
+                              "allocated_bytes": float(nb[pos].sum()) if len(pos) else 0.0, "allocations": len(pos),
                               "largest_allocation_bytes": float(nb[big]) if big is not None else None,
                               "largest_allocation_operator": d["op"].iloc[big] if big is not None else None})
     ops = stats.get(device, {})
@@ -299,4 +299,4 @@ def thin_curve(curve: dict | None, points: int) -> dict | None:
     res = np.array([np.nan if v is None else v for v in curve["reserved_bytes"]], dtype=np.float64)
     t, a, r = _thin(np.asarray(curve["time_ms"], dtype=np.float64), np.asarray(curve["allocated_bytes"], dtype=np.float64),
                     res, points)
-    return {"time_ms": t.tolist(), "allocated_bytes": a.tolist(), "reserved_bytes": [None if v != v else float(v) for v in r.tolist()]}
+    return {"time_ms": t.tolist(), "allocated_bytes": a.tolist(), "reserved_bytes": [None if math.isnan(v) else float(v) for v in r.tolist()]}
