@@ -60,6 +60,12 @@ OWN_ARGS = (
     # a kernel's launch configuration: identical work across ranks (ranks/kernel_work.py)
     ("grid", "grid"),
     ("block", "block"),
+    # `[memory]` instant events and module nodes the memory view reads (ranks/memory_view.py)
+    ("mem_bytes", "Bytes"),
+    ("mem_addr", "Addr"),
+    ("total_reserved", "Total Reserved"),
+    ("device_id", "Device Id"),
+    ("module_id", "Python module id"),
 )
 TOP_LEVEL = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "s")
 # top-level trace keys kept as metadata (everything Kineto writes besides traceEvents)

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..reduce.memory_view import memory_reasons
+
 
 def _col(df: pd.DataFrame | None, c: str) -> pd.Series:
     return df[c].dropna() if df is not None and not df.empty and c in df else pd.Series(dtype=float)
 
 
-ORDER = ("stragglers", "idle", "step_heatmap", "overlap", "kernel_types", "operators", "launches", "critical_path", "efficiency")
+ORDER = ("stragglers", "idle", "step_heatmap", "overlap", "kernel_types", "operators", "launches", "critical_path",
+         "efficiency", "memory", "memory_ranks")
 """The charts, in the order the summary and the report list them."""
-EARLY = ("idle", "step_heatmap", "overlap", "kernel_types", "operators", "launches")
+EARLY = ("idle", "step_heatmap", "overlap", "kernel_types", "operators", "launches", "memory", "memory_ranks")
 """Charts of per-rank numbers only (reduce.crossrank.RankNumbers and reduce.views.rank_views): the
 pipeline starts drawing them before the what-if replay ends."""
 LATE = ("stragglers", "critical_path", "efficiency")
@@ -54,6 +57,7 @@ def nothing_to_show(red, views: dict[str, pd.DataFrame], keys=ORDER) -> dict[str
     early = [k for k in keys if k in EARLY]
     if early:
         why.update({k: v for k, v in _per_rank_reasons(red, views).items() if k in early})
+        why.update({k: v for k, v in memory_reasons(red.metas).items() if k in early})
     return why
 
 

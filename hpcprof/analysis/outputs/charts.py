@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..executors.local import WorkerPool, stop_pool
 from ..reduce.crossrank import Reduced
+from ..reduce.memory_view import memory_view
 from ..reduce.whatif import NOISE_FLOOR_MS, REL_THRESHOLD
 from .chart_plan import ORDER
 from .layout import AnalysisDir
@@ -128,4 +129,10 @@ def draw_charts(charts: Charts, red: Reduced, out: AnalysisDir, views: dict, omi
         charts.draw("critical_path_chart", red.critical_path.links, nodes, plots["critical_path"])
     if want("efficiency"):
         charts.draw("efficiency_chart", red.op_efficiency_table, plots["efficiency"])
+    if "memory" in keys or "memory_ranks" in keys:
+        mem = memory_view(red.metas)
+        differs = [d["rank"] for d in mem["across_ranks"]["differs"]]
+        for key, chart in (("memory", "memory_chart"), ("memory_ranks", "memory_ranks_chart")):
+            if want(key):
+                charts.draw(chart, mem["per_rank"], differs, plots[key])
     return plots

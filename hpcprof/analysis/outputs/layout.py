@@ -29,6 +29,8 @@ PLOT_FILES = {
     "launches": "launches.png",
     "critical_path": "critical_path.png",
     "efficiency": "op_efficiency.png",
+    "memory": "memory.png",
+    "memory_ranks": "memory_ranks.png",
 }
 """Chart key (summary.json outputs.plots) -> file name under plots/."""
 

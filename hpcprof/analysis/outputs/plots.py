@@ -27,6 +27,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from .efficiency_section import efficiency_chart  # noqa: E402,F401  (drawn by name: charts._draw)
 from .rank_axis import axis_inches, rank_ticks, visible_width  # noqa: E402
 from .rank_axis import labels as _labels  # noqa: E402
+from .memory_plots import memory_chart, memory_ranks_chart  # noqa: E402,F401  (drawn by name: charts._draw)
 
 FLAG = "#d62728"
 NORMAL = "#1f77b4"

@@ -23,6 +23,7 @@ from .layout import REPORT_FILE
 from .efficiency_section import efficiency_section
 from .gpu_section import gpu_summary_section
 from .slow_gpu_section import slow_gpu_section
+from .memory_section import memory_section
 from .report_sections import communication_section, critical_path_section, critical_path_verdict
 from .run_config import run_config
 
@@ -48,6 +49,7 @@ SECTIONS = (
     ("gpu-summary", "GPU summary (the profiler plugin's figures)"),
     ("efficiency", "Operator efficiency (FLOPs, share of peak, MFU)"),
     ("slow-gpu", "Slow GPU: the same kernels across ranks"),
+    ("memory", "Memory view per rank"),
     ("timeline", "Merged timeline and clock alignment"),
     ("per-rank", "Per rank"),
     ("gpu", "GPU time and kernels"),
@@ -292,6 +294,8 @@ def write_report(out: Path, summary: dict, tables: dict[str, pd.DataFrame], plot
     section("gpu-summary", gpu_summary_section(s))
     section("efficiency", efficiency_section(s, tables, _chart("efficiency", "Operator efficiency", plots, omitted)))
     section("slow-gpu", slow_gpu_section(s))
+    section("memory", memory_section(s, _chart("memory", "Memory per rank", plots, omitted)
+                                     + _chart("memory_ranks", "Allocated memory of all ranks", plots, omitted)))
     # timeline and clocks
     tl, ca = s.get("timeline") or {}, s.get("clock_alignment") or {}
     body = ""

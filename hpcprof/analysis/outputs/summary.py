@@ -67,6 +67,7 @@ def build_summary(src: Path, out: AnalysisDir, red: Reduced, manifest: dict, wor
         "gpu_summary": red.gpu_summary,
         "op_efficiency": red.op_efficiency,
         "slow_gpu": red.slow_gpu,
+        "memory_view": red.memory_view,
         "recommendations": [{"title": r["title"], "evidence": r["evidence"], "score": r["score"]} for r in red.recommendations],
         "step_time": red.steps.spread,
         "throughput": red.throughput,

@@ -11,6 +11,7 @@ import pandas as pd
 from ..reduce.crossrank import Reduced
 from ..reduce.gpu_summary import gpu_summary_table
 from ..reduce.slow_gpu import slow_gpu_table
+from ..reduce.memory_view import memory_table, operators_table
 from .rounding import csv_frame
 
 
@@ -32,6 +33,8 @@ def output_tables(red: Reduced) -> dict[str, pd.DataFrame]:
         "gpu_summary": gpu_summary_table(red.gpu_summary) if red.gpu_summary is not None else pd.DataFrame(),
         "op_efficiency": red.op_efficiency_table if red.op_efficiency_table is not None else pd.DataFrame(),
         "slow_gpu": slow_gpu_table(red.slow_gpu),
+        "memory_view": memory_table(red.memory_view) if red.memory_view is not None else pd.DataFrame(),
+        "memory_operators": operators_table(red.memory_view) if red.memory_view is not None else pd.DataFrame(),
     }
     if not red.steps.records.empty:
         tables["steps_all"] = red.steps.records

@@ -28,6 +28,7 @@ from .comm_kernels import Names
 from .gpu_summary import rank_gpu_summary
 from .op_efficiency import rank_efficiency
 from .kernel_work import kernel_work_table
+from .memory_view import memory_view
 from .operators import operator_table
 from .result import RankResult, write_table
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
@@ -162,6 +163,11 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     except Exception as exc:
         gsum = None
         warnings.append(f"{name} (rank {tm.rank}): no GPU summary ({type(exc).__name__}: {exc})")
+    try:  # the profiler plugin's memory view (ranks/memory_view.py); never costs the rank
+        mview = memory_view(table, tm.device_properties)
+    except Exception as exc:
+        mview = None
+        warnings.append(f"{name} (rank {tm.rank}): no memory view ({type(exc).__name__}: {exc})")
     clock, busy = tl.category_clock(), tl.busy()  # each made once, for both tables
     write_table(_steps_table(tl, clock, busy), out / "steps.parquet")
     write_table(_collectives_table(tl, clock), out / "collectives.parquet")
@@ -241,6 +247,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         "warnings": warnings,
         "gpu_summary": gsum,
         "op_efficiency": eff,
+        "memory_view": mview,
         **gpu,
     }
     (out / cache.META).write_text(json.dumps(meta, indent=1))
