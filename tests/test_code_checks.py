@@ -55,3 +55,10 @@ def test_wrapped_modules_keep_their_lines_within_120_characters():
     assert not missing, f"listed but not found (renamed? update WRAPPED_TO_120): {missing}"
     done = _check("--select", "E501", *WRAPPED_TO_120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_no_module_of_the_package_is_over_400_lines():
+    """A module past ~400 lines holds two ideas: split it by idea (docs/architecture.md)."""
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "hpcprof").rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    assert not long, f"modules over 400 lines: {long}"
