@@ -10,6 +10,7 @@ Why: summary.json showed 499.5155750000322 ms and the CSV tables had columns suc
     *_s (seconds)                 1 us (0.000001 s); unix times t_start/t_end stay exact to 1 us
     *_bytes, bytes                whole bytes
     *_flops, flops                whole floating-point operations (a count, exact)
+    *_mib, *_gib                  0.01 MiB or GiB
     *_tflops, *_tbps              0.001 TFLOP/s, 0.001 TB/s (1 GFLOP/s, 1 GB/s)
     anything else (confidence, shares, ratios, samples/s)  6 significant digits
 
@@ -47,6 +48,7 @@ _RULES = (
     (re.compile(r"(^|_)bytes($|_)"), 0),
     (re.compile(r"(^|_)(tflops|tbps)($|_)"), 3),
     (re.compile(r"(^|_)flops($|_)"), 0),
+    (re.compile(r"(^|_)(mib|gib)($|_)"), 2),
 )
 
 
