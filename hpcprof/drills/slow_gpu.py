@@ -43,19 +43,15 @@ from .trace_drill import (
     in_range,
     match_collectives,
 )
-from .traces import DrillError, job_times, load_set, timed
+from .traces import DrillError, job_times, load_for_drill, timed
 
 
 def slow_gpu(src, out, rank: int, factor: float, tol_us: float = DEFAULT_TOL_US) -> dict:
     """Write the drilled set to `out` and return the truth (module docstring)."""
     in_range("--factor", factor, 1.0, MAX_STRETCH, "x")
     in_range("--match-tol-us", tol_us, 0.0, MAX_TOL_US, "us")
-    src, out = Path(src), Path(out)
-    if out.resolve() == src.resolve():
-        raise DrillError(f"{out}: the output folder must differ from the source (the source is never modified)")
-    ranks = load_set(src)
-    if rank not in ranks:
-        raise DrillError(f"rank {rank} is not in {src} (ranks: {sorted(ranks)})")
+    out = Path(out)
+    ranks = load_for_drill(src, out, rank)
     rt = ranks[rank]
     ks = [e for e in rt.events if timed(e) and str(e.get("cat", "")).lower() == "kernel" and id(e) not in rt.comm_ids()
           and isinstance(e.get("dur"), (int, float))]

@@ -69,6 +69,7 @@ from .traces import (
     end_of,
     is_device,
     job_times,
+    load_for_drill,
     load_set,
     open_trace,
     profiler_steps,
@@ -193,12 +194,8 @@ def inject(src, out, rank: int, *, stall_ms: float | None = None, before_collect
     if stretch is not None:
         in_range("--stretch", stretch, 1.0, MAX_STRETCH, "x")
     in_range("--match-tol-us", tol_us, 0.0, MAX_TOL_US, "us")
-    src, out = Path(src), Path(out)
-    if out.resolve() == src.resolve():
-        raise DrillError(f"{out}: the output folder must differ from the source (the source is never modified)")
-    ranks = load_set(src)
-    if rank not in ranks:
-        raise DrillError(f"rank {rank} is not in {src} (ranks: {sorted(ranks)})")
+    out = Path(out)
+    ranks = load_for_drill(src, out, rank)
     before = job_times(ranks)
     rt = ranks[rank]
     steps = [n for n, _, _ in profiler_steps(rt)]

@@ -83,6 +83,18 @@ def load_set(folder: Path) -> dict[int, RankTrace]:
     return out
 
 
+def load_for_drill(src, out, rank: int) -> dict[int, RankTrace]:
+    """The source set of a drill, by rank, once `out` is known to differ from `src` (the source is
+    never written) and `rank` is known to be in it; errors name the folder or the rank."""
+    src, out = Path(src), Path(out)
+    if out.resolve() == src.resolve():
+        raise DrillError(f"{out}: the output folder must differ from the source (the source is never modified)")
+    ranks = load_set(src)
+    if rank not in ranks:
+        raise DrillError(f"rank {rank} is not in {src} (ranks: {sorted(ranks)})")
+    return ranks
+
+
 def timed(e: dict) -> bool:
     return isinstance(e, dict) and e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))
 
