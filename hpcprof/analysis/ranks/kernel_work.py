@@ -36,8 +36,11 @@ def _dims(v) -> str:
     return ""
 
 
-def kernel_work_table(table: pd.DataFrame, names: Names | None = None, cats: Names | None = None) -> pd.DataFrame:
-    """The rank's compute kernels grouped by (name, grid, block): calls and total time (µs)."""
+def kernel_work_table(table: pd.DataFrame, names: Names | None = None, cats: Names | None = None,
+                      comm: np.ndarray | None = None) -> pd.DataFrame:
+    """The rank's compute kernels grouped by (name, grid, block): calls and total time (µs). `comm`:
+    the table's communication kernels where the caller has them (RankTimeline.comm_rows), else
+    they are classified here."""
     n = len(table)
     empty = pd.DataFrame({c: pd.Series(dtype="int64" if c == "count" else "float64" if c == "total_us" else "object")
                           for c in COLUMNS})
@@ -51,7 +54,8 @@ def kernel_work_table(table: pd.DataFrame, names: Names | None = None, cats: Nam
     kernel = complete & cats.where(one_of(KERNEL_CATS)) & names.where(lambda v: isinstance(v, str))
     if not kernel.any():
         return empty
-    comm = classify(table, kernel, names=names, cats=cats).mask
+    if comm is None or len(comm) != n:
+        comm = classify(table, kernel, names=names, cats=cats).mask
     rows = np.flatnonzero(kernel & ~comm)
     if not rows.size:
         return empty

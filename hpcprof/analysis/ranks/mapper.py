@@ -143,7 +143,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     warnings = list(tm.warnings) + ([piece_problem] if piece_problem else [])
     name = trace_path.name
     try:  # identical kernels per rank, the slow-GPU comparison's input (ranks/kernel_work.py)
-        write_table(kernel_work_table(table, names, cats), out / "kernel_work.parquet")
+        write_table(kernel_work_table(table, names, cats, tl.comm_rows), out / "kernel_work.parquet")
     except Exception as exc:
         warnings.append(f"{name} (rank {tm.rank}): no kernel comparison across ranks ({type(exc).__name__}: {exc})")
     try:  # FLOPs, TFLOP/s and share of peak of GEMMs, convolutions, attention (ranks/op_efficiency.py)

@@ -56,6 +56,9 @@ class RankTimeline:
     comm_host: "Intervals | None" = None  # CPU ranks: gloo ops in flight (any thread)
     comm_reclassified: list = field(default_factory=list)
     """Communication kernels HTA does not count as such (ranks/comm_kernels.py), by name and reason."""
+    comm_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    """Per event of the table: a communication kernel (ranks/comm_kernels.py), for the other per-rank
+    tables that leave communication out (ranks/kernel_work.py) without classifying again."""
     comm_extra_corr: frozenset = frozenset()
     """Their correlation ids: the kernels whose HTA kernel type our breakdown changes to COMMUNICATION."""
     control_collectives: int = 0  # hpcprof's own, issued in the trace (ranks/control.py): never in `collectives`
@@ -326,6 +329,7 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
         device_end=end[gpu_idx].astype(float),
         comm_host=Intervals(ts[is_gloo], end[is_gloo]) if not is_gpu.any() else None,
         comm_reclassified=ck.reclassified(names, dur),
+        comm_rows=comm,
         comm_extra_corr=frozenset(corr[comm & ~ck.hta_comm & np.isfinite(corr)].tolist()),
         control_collectives=int(is_control.sum()),
         control_left_out=int(control_gloo.sum()),
