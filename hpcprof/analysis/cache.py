@@ -40,7 +40,7 @@ ANALYSIS_VERSION = 20
 """Part of every parse-cache key: an entry made under another version is never read. Bump it in the
 change that makes a rank's analysis write different meta.json or per-rank tables for the same trace
 (a column added, renamed or computed by another rule); what changed is in git log."""
-REDUCE_VERSION = 20
+REDUCE_VERSION = 21
 """Part of the whole-analysis memo's key: outputs made under another version are made again. Bump it
 in the change that makes the reduce or the outputs differ for the same per-rank tables (those are
 covered by ANALYSIS_VERSION)."""
