@@ -380,6 +380,40 @@ def unplanned_straggler(run: Path, summary: dict, drilled: int, traces: Path | N
     return None
 
 
+def skip_if_the_drill_freed_cpu(run: Path, summary: dict, drilled: int, truth: DrillTruth, added: float, band: float,
+                                tolerance: float, traces: Path | None, figure: str) -> None:
+    """Skip, with the figures, a drill run whose in-run truth is no known answer for the what-if:
+    one where the other ranks ran their operators faster in the drilled steps than in their
+    undrilled neighbours, by more than the tolerance of the truth and by at least half of the
+    disagreement.
+
+    Why: the truth (the job's step time, drilled minus neighbours) equals the drilled rank's what-if
+    cost only if the drill leaves the other ranks' work alone. On this 2-core VM, a process outside
+    the job that wants CPU (another test suite, a leftover process: seen in a CI run) time-shares the
+    core of one pinned rank and moves to the sleeping rank's core during the drill; that rank then
+    runs up to twice as fast in the drilled steps (measured: operators 25 ms faster per drilled step,
+    47-59 ms against 69-81 ms; the what-if, which puts the drilled rank at the others' pace in the
+    same step, said 67.6 ms per drilled step against a job-time truth of 37.5 for a 60 ms sleep).
+    A quiet run shows 1-2 ms. The speed-up is measured in the traces (ops_ms_per_step), with the
+    truth's own statistic (paired_differences), so this skip cannot hide a wrong analysis on a
+    quiet machine, and it is only consulted once the band check has failed."""
+    import statistics
+
+    import pytest
+
+    if added <= truth.truth_ms:  # a freed core makes the what-if larger than the truth, never smaller
+        return
+    for r in summary["ranks_analyzed"]:
+        if r == drilled:
+            continue
+        diffs = paired_differences(ops_ms_per_step(run, r, traces), truth.drilled_steps)
+        speedup = -statistics.median(diffs) if diffs else 0.0
+        if speedup > tolerance * truth.truth_ms and speedup >= (added - truth.truth_ms) / 2:
+            pytest.skip(f"the drill freed CPU for rank {r}: its operators ran {speedup:.1f} ms faster per drilled step "
+                        f"than in its undrilled neighbours (another process shares these cores), so the job-time truth "
+                        f"is no known answer for the what-if here: {figure} (band {band:.1f} ms)")
+
+
 def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, run: Path, cause: str = "host_gap",
                                    tolerance: float = 0.15, traces: Path | None = None) -> str:
     """The checks of issue 10's live drills, one definition for the local and the SLURM drill.
@@ -410,6 +444,8 @@ def assert_straggler_drill_verdict(summary: dict, truth: DrillTruth, rank: int, 
     # run failed at 51.4 against 66.0 +/- 1.8 ms, band 13.5 ms, with a mean cost of 34.4 ms/step
     # against the expected 33.0: the 5 per-step costs scattered, as the job's 5 step times did not.)
     band = tolerance * truth.truth_ms + 2 * math.hypot(truth.uncertainty_ms, added_se)
+    if abs(added - truth.truth_ms) > band:
+        skip_if_the_drill_freed_cpu(run, summary, rank, truth, added, band, tolerance, traces, figure)
     assert abs(added - truth.truth_ms) <= band, f"{figure} (band {band:.1f} ms)"
     try:
         figure = _assert_drilled_rank_named(summary, truth, rank, cause, tolerance, figure)
