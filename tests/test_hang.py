@@ -215,6 +215,25 @@ def test_a_plain_script_that_hangs_is_named_too(tmp_path):
     assert _no_rank_alive(_rank_pids(run))
 
 
+def test_one_hung_rank_of_four_is_named_and_the_three_waiting_for_it_are_not(tmp_path):
+    """4 local ranks (2 per core): rank 2 sleeps forever at step 5; 0, 1 and 3 wait in DDP's
+    all-reduce. The verdict names rank 2 alone, lists all three waiting, and nothing is left running."""
+    (tmp_path / "s.py").write_text(API_SCRIPT)
+    proc, took = _submit(tmp_path, "--script", "s.py", "--name", "h4", "--tasks-per-node", "4", "--inject-hang", "2:5",
+                         "--train-hang-timeout-s", "10")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and took < DEADLINE_S, (took, out)
+    assert "hung: rank 2 hung at step 5 outside any collective; it was in hang_forever (rank/drills.py:" in out, out
+    assert "ranks 0, 1, 3 waited for it in backward (DDP's gradient all-reduce)" in out, out
+    run = RunDir(tmp_path / "runs" / "h4")
+    notes = read_hangs(run)
+    assert sorted(notes) == [0, 1, 2, 3], notes
+    assert [r for r, n in sorted(notes.items()) if not n["in_collective"]] == [2]
+    st = run_state(run.root)
+    assert st.state == "hung" and st.failed_rank == 2 and st.failed_step == 5
+    assert _no_rank_alive(_rank_pids(run)), "a process of the hung job is still running"
+
+
 def test_a_healthy_run_of_200_quick_steps_never_trips_the_default_watchdog(tmp_path):
     (tmp_path / "s.py").write_text(API_SCRIPT)
     proc, took = _submit(tmp_path, "--script", "s.py", "--name", "ok", "--train-steps", "200")
