@@ -1,7 +1,7 @@
 """ISA-L (the `isal` package), the analysis' optional gzip accelerator.
 
 `isal` is a dependency where it has wheels (pyproject.toml). Its deflate writes the merged timeline
-(outputs/gzip_stream.py) and its inflate reads .json.gz traces (decode/load.py, decode/stream.py);
+(outputs/timeline/gzip_stream.py) and its inflate reads .json.gz traces (decode/load.py, decode/stream.py);
 where it is missing, or switched off with HPCPROF_ISAL=0, zlib and Python's gzip module do the same
 work: the same JSON text either way (tests/analysis/test_stream_decode.py reads traces both ways).
 """

@@ -27,13 +27,13 @@ from .executors.local import default_workers
 from .outputs.chart_plan import EARLY, LATE, in_order, nothing_to_show
 from .outputs.charts import Charts, draw_charts
 from .outputs.console import console_summary
-from .outputs.critical_lane import critical_path_lane
+from .outputs.timeline.critical_lane import critical_path_lane
 from .outputs.layout import TIMELINE_FILE, AnalysisDir
 from .outputs.rounding import round_summary
 from .outputs.report import write_report
 from .outputs.summary import build_summary, clean, write_summary
 from .outputs.tables import output_tables, write_tables
-from .outputs.timeline_trace import merged_timeline
+from .outputs.timeline.trace import merged_timeline
 from .ranks.result import RankResult
 from .captures import analyze_captures, checked_captures, manifest_captures, run_series, summarize_captures
 from .outputs.run_timeline import run_timeline_chart
@@ -64,7 +64,7 @@ def analyze(
 
     `executor`: "local" (`workers` processes here) or "slurm" (a job array; `slurm`: its
     hpcprof.launch.analysis_array.SlurmOptions, whose map() runs it: executors/__init__.py). `timeline_steps`: the profiled steps of the merged timeline
-    (default all); `timeline_max_events`: its size budget (outputs/timeline_trace.py). `traces`:
+    (default all); `timeline_max_events`: its size budget (outputs/timeline/trace.py). `traces`:
     the folder of traces to analyse when not the run's traces/ (a capture of a triggered run, with
     the run's manifest and step records). A triggered run's captures are analysed apart, each into
     <out>/capture-<k>/, and summarised in `captures` (hpcprof.analysis.captures)."""

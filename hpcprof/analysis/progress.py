@@ -3,7 +3,7 @@
 Each phase's bar appears only once the phase has run for DELAY_S (tqdm's `delay`): a 2-rank analysis
 prints no bar for a phase of 10 ms, a 256-rank one shows what it is doing during the seconds of
 hashing 5 GB of traces or reducing 256 ranks. The map and the merged timeline have their own bars
-(executors/, outputs/timeline_trace.py)."""
+(executors/, outputs/timeline/trace.py)."""
 
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ def test_the_drilled_stall_is_on_the_path_for_the_injected_time(replayed_sets, d
 
 
 def test_the_path_has_its_own_lane_on_the_merged_timeline(replayed_sets):
-    from hpcprof.analysis.outputs.critical_lane import LANE_NAME, LANE_TID
+    from hpcprof.analysis.outputs.timeline.critical_lane import LANE_NAME, LANE_TID
 
     _, s, info = replayed_sets["dlrm_stall"]
     with gzip.open(s["timeline"]["path"], "rt") as fh:

@@ -51,7 +51,7 @@ def test_rank_tables_are_the_frames_concatenated(tmp_path, case):
 
 def test_rank_tables_of_a_real_set(tmp_path, parse_cache):
     """Every per-rank table of the 8 DLRM ranks, read both ways (the merged timeline's piece apart:
-    the reduce does not read it, outputs/timeline_render does, one rank at a time)."""
+    the reduce does not read it, outputs/timeline/render.py does, one rank at a time)."""
     from hpcprof.analysis.decode.load import discover_traces
     from hpcprof.analysis.executors import run_map
 

@@ -104,7 +104,7 @@ def test_timeline_file_is_one_gzip_member(tmp_path, parse_cache, monkeypatch):
     whole document must be ONE member."""
     import zlib
 
-    from hpcprof.analysis.outputs import gzip_stream
+    from hpcprof.analysis.outputs.timeline import gzip_stream
 
     monkeypatch.setattr(gzip_stream, "BLOCK", 1 << 16)
 
@@ -125,7 +125,7 @@ def test_gzip_stream_writes_one_member_of_the_exact_text(tmp_path, monkeypatch, 
     import random
     import zlib
 
-    from hpcprof.analysis.outputs.gzip_stream import GzipStream
+    from hpcprof.analysis.outputs.timeline.gzip_stream import GzipStream
 
     monkeypatch.setenv("HPCPROF_ISAL", isal)
     rng = random.Random(7)
@@ -262,7 +262,7 @@ def test_correlation_lookup_is_numpys_isin():
 def test_a_piece_selected_in_its_own_window_keeps_every_row(tmp_path, parse_cache):
     """write_timeline does not select again in a rank's piece when all its steps are chosen: the
     piece holds what the window of all its steps selects, and selecting in it again keeps it all."""
-    from hpcprof.analysis.outputs.timeline_render import SELECT_COLUMNS, read_piece, window_rows
+    from hpcprof.analysis.outputs.timeline.render import SELECT_COLUMNS, read_piece, window_rows
 
     for src in (DLRM, SAMPLED):
         cache = tmp_path / f"cache-{src.name}"
@@ -277,14 +277,14 @@ def test_a_piece_selected_in_its_own_window_keeps_every_row(tmp_path, parse_cach
 
 
 def test_timeline_events_are_json_on_the_job_clock_rounded_to_the_nanosecond():
-    """A rank's events as the merged timeline writes them (timeline_render.event_batches): strict
+    """A rank's events as the merged timeline writes them (timeline/render.event_batches): strict
     JSON whatever the names hold (quotes, backslashes, control characters, non-ASCII), each event's
     "ts" the trace's time minus the shift rounded to 3 decimals (numpy's np.round), "dur" the
     duration as it was, name, pid and tid those given; across several batches."""
     import numpy as np
     import pyarrow as pa
 
-    from hpcprof.analysis.outputs import timeline_render as tr
+    from hpcprof.analysis.outputs.timeline import render as tr
 
     rng = np.random.default_rng(5)
     n = tr.BATCH + 1000

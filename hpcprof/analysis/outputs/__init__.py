@@ -7,7 +7,6 @@
 - report.py: the self-contained ``report.html``;
 - run_config.py: the run's configuration as the report and the console say it (a user's workload by name);
 - console.py: the few lines printed at the end of ``python -m hpcprof.analyze``;
-- timeline_trace.py: the merged timeline of every rank as one Perfetto/Chrome trace, streamed from
-  the ranks' pieces (timeline_render.py: one rank's events as JSON text; timeline_budget.py: the
-  size budget; gzip_stream.py: the file, one gzip member deflated on threads).
+- timeline/: the merged timeline of every rank as one Perfetto/Chrome trace, streamed from the
+  ranks' pieces (its own docstring says which module does what).
 """

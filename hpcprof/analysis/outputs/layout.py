@@ -18,7 +18,7 @@ PLOTS_DIR = "plots"
 CACHE_DIR = ".cache"
 SLURM_LOGS_DIR = "slurm-logs"
 TIMELINE_FILE = "timeline.pt.trace.json.gz"
-"""The merged timeline (outputs/timeline_trace.py); never read back as a rank's trace (decode/load.py)."""
+"""The merged timeline (outputs/timeline/trace.py); never read back as a rank's trace (decode/load.py)."""
 PLOT_FILES = {
     "stragglers": "stragglers.png",
     "idle": "idle_time.png",

@@ -1,7 +1,7 @@
 """The merged timeline's piece of ONE rank, built in the rank's map task from the event table it
 already decoded, and cached with the rest of its result (`timeline.parquet` of the parse-cache entry).
 
-Why here: the merged timeline (outputs/timeline_trace.py) used to decode every trace a second time,
+Why here: the merged timeline (outputs/timeline/trace.py) used to decode every trace a second time,
 one after the other, in the parent (20.5 of 33 s of a fresh 16-rank analysis). Now the parent only
 reads these pieces, selects the chosen steps, applies the size budget and the clock offsets, and
 streams them into one file.
@@ -34,7 +34,7 @@ STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "gpu_user_annotation"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
 KINDS = ("gpu", "python_functions", "runtime_calls", "short_cpu_ops", "cpu_ops", "instant_events", "keep")
-"""What the size budget knows an event as (outputs/timeline_trace.DROP_ORDER drops some of them)."""
+"""What the size budget knows an event as (outputs/timeline/budget.DROP_ORDER drops some of them)."""
 SHORT_OP_US = 10.0
 """CPU operators shorter than this are the kind "short_cpu_ops" (dropped before longer ones)."""
 
@@ -53,7 +53,7 @@ def window_mask(is_x: np.ndarray, inst: np.ndarray, gpu: np.ndarray, runtime: np
                 dur: np.ndarray, corr: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """Which events the merged timeline shows for the window [lo, hi) of the rank's own clock: the
     selection rules, written down once (the piece applies them to the window of all profiled steps,
-    outputs/timeline_render.select_events to the chosen steps' window). Host complete events ('X',
+    outputs/timeline/render.select_events to the chosen steps' window). Host complete events ('X',
     not `gpu`) overlapping the window; GPU complete events launched in it (a runtime call among those
     host events has their correlation id) or, without such a launch, starting in it; instant events
     (`inst`) inside it."""

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..ranks.timeline_piece import is_in, window_mask
+from ...ranks.timeline_piece import is_in, window_mask
 
 ANNOT_TID = 0
 GPU_TID_BASE = 1_000_000

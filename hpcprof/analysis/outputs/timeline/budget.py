@@ -1,4 +1,4 @@
-"""The merged timeline's size budget (outputs/timeline_trace.py): which events survive, decided
+"""The merged timeline's size budget (outputs/timeline/trace.py): which events survive, decided
 from counts gathered one rank at a time, never from all ranks' events at once.
 
 At most `max_events` events. Above it, whole kinds of low value are dropped first (DROP_ORDER),
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .timeline_render import codes, col
+from .render import codes, col
 
 # dropped first to last when over budget; anything not listed is never dropped
 DROP_ORDER = ("launch_flows", "python_functions", "short_cpu_ops", "runtime_calls", "instant_events", "cpu_ops")

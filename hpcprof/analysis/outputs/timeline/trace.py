@@ -11,7 +11,7 @@ step, where it starts on the timeline, so a finding can say "at 143-193 ms from 
 What goes in: the chosen profiled steps (`--timeline-steps`, default all profiled steps). Host
 events overlapping those steps' window on the rank; GPU events launched in it (their CUDA runtime
 call, matched by correlation id, lies in the window) or, without a launch record, starting in it
-(timeline_render.select_events; the rows a rank's first pass selects are kept for its second).
+(render.select_events; the rows a rank's first pass selects are kept for its second).
 Launch flows (runtime call -> kernel) are rebuilt from correlation ids. Lanes computed by the
 parent from the reduce's results: "hpcprof: waits" per rank, where each collective whose last rank
 arrived more than ANNOTATE_MS after the first gets a slice on the late rank ("late arrival") and
@@ -26,7 +26,7 @@ freed goes back to the system after it (render_rank): kept instead, it saved 33,
 ranks but the parent's peak grew 7 MB (fragmentation); the stream's block buffers are kept from rank
 to rank.
 
-Size budget (timeline_budget.py): at most `max_events` events. Above it, whole kinds of low value are dropped first
+Size budget (budget.py): at most `max_events` events. Above it, whole kinds of low value are dropped first
 (DROP_ORDER: flows, Python functions, short CPU ops, runtime calls, instant events, long CPU ops),
 the shortest events first within the last kind touched (ties: lower rank, then trace order); GPU
 activity, step markers, lanes and collectives are never dropped. Launch flows go all or nothing.
@@ -51,13 +51,13 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ..progress import rank_bar
-from ..reduce.clocks import ClockAlignment
+from ...progress import rank_bar
+from ...reduce.clocks import ClockAlignment
 from .gzip_stream import GzipStream
-from .layout import TIMELINE_FILE
-from .rounding import round_summary
-from .timeline_budget import DROP_ORDER, Counts
-from .timeline_render import ANNOT_TID, SELECT_COLUMNS, RankLabel, keep_rows, read_piece, render_rank, window_rows
+from ..layout import TIMELINE_FILE
+from ..rounding import round_summary
+from .budget import DROP_ORDER, Counts
+from .render import ANNOT_TID, SELECT_COLUMNS, RankLabel, keep_rows, read_piece, render_rank, window_rows
 
 FILE_NAME = TIMELINE_FILE
 DEFAULT_MAX_EVENTS = 1_000_000
@@ -340,7 +340,7 @@ def merged_timeline(out_dir: Path, keep: dict, nodes: dict, matching, warnings: 
     arrival_us, and `clocks` from reduce/clocks.py), or None (one rank, no collectives: one host's
     clock, offset 0). A timeline that cannot be written is a warning (and `error` in the returned
     dict), never a failed analysis. The clock's warnings are appended to `warnings`."""
-    from ..reduce.clocks import estimate_clocks
+    from ...reduce.clocks import estimate_clocks
 
     hosts = {r: nodes.get(r) for r in keep}
     if matching is not None and getattr(matching, "clocks", None) is not None:

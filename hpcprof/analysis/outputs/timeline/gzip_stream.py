@@ -26,7 +26,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .. import isal_lib
+from ... import isal_lib
 
 LEVEL = 3
 """zlib level, where ISA-L is not used: measured on the DLRM timeline, level 3 deflates 200 MB/s at a

@@ -1,6 +1,6 @@
 """The critical path's own lane on the merged timeline: "hpcprof: critical path".
 
-A lane of the timeline writer (timeline_trace.py: a function of the TimelineContext returning a
+A lane of the timeline writer (trace.py: a function of the TimelineContext returning a
 Lane): the reduce's critical path (reduce/critical_path.py, one row per link, times on the job's
 aligned clock) as a thread "hpcprof: critical path" at the top of every rank's process. Each link is
 a slice on the rank it belongs to (a collective's transfer on the rank that arrived last at it),
@@ -15,10 +15,10 @@ from typing import Callable
 
 import pandas as pd
 
-from .timeline_trace import Lane, TimelineContext
+from .trace import Lane, TimelineContext
 
 LANE_NAME = "hpcprof: critical path"
-LANE_TID = 999_999  # below the GPU streams' thread ids (timeline_render.GPU_TID_BASE), above the CPU threads'
+LANE_TID = 999_999  # below the GPU streams' thread ids (render.GPU_TID_BASE), above the CPU threads'
 LANE_SORT = -2  # above "hpcprof: waits" (-1)
 FLOW_BASE = 2 * 10**15
 
@@ -33,7 +33,7 @@ def _label(row: dict) -> str:
 
 
 def critical_path_lane(links: pd.DataFrame | None) -> Callable[[TimelineContext], Lane]:
-    """The lane builder for timeline_trace.write_timeline's `lanes`."""
+    """The lane builder for trace.write_timeline's `lanes`."""
 
     def build(ctx: TimelineContext) -> Lane:
         lane = Lane(LANE_NAME, LANE_TID, LANE_SORT)
