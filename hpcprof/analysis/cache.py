@@ -36,7 +36,7 @@ from .outputs.layout import AnalysisDir
 from .outputs.summary import read_summary
 from .progress import bytes_bar
 
-ANALYSIS_VERSION = 20
+ANALYSIS_VERSION = 21
 """Part of every parse-cache key: an entry made under another version is never read. Bump it in the
 change that makes a rank's analysis write different meta.json or per-rank tables for the same trace
 (a column added, renamed or computed by another rule); what changed is in git log."""

@@ -28,7 +28,7 @@ from .comm_kernels import Names
 from .gpu_summary import rank_gpu_summary
 from .op_efficiency import rank_efficiency
 from .kernel_work import kernel_work_table
-from .memory_view import memory_view
+from .memory_view import gpu_peak_bytes, memory_view
 from .operators import operator_table
 from .result import RankResult, write_table
 from .timeline import CATEGORIES, Intervals, RankTimeline, build_timeline
@@ -130,7 +130,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     # the name and category columns factorized once for the piece, the timeline and its comm
     # kernels (each stage made its own: 5 factorizations of 84,000 texts on a 20 MB rank, now 2)
     names, cats = (Names.column(table, c, len(table)) for c in ("name", "cat"))
-    try:  # the merged timeline's part of this rank (outputs/timeline_trace.py); never costs the rank
+    try:  # the merged timeline's part of this rank (outputs/timeline/trace.py); never costs the rank
         piece, piece_info = timeline_piece(table, names, cats)
         if piece is not None:
             write_table(piece, out / f"{PIECE}.parquet")
@@ -232,7 +232,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         "device": tl.device_kind,
         "device_name": next((dp.get("name") for dp in tm.device_properties if isinstance(dp, dict)), None),
         "gpu_memory_total_bytes": total_mem,
-        "gpu_memory_peak_bytes": tl.memory_peak_bytes,
+        "gpu_memory_peak_bytes": gpu_peak_bytes(mview),
         "n_events": n_events,
         "hta_loader": loader,
         "hta": cache.hta_key(),

@@ -291,6 +291,16 @@ def memory_view(table: pd.DataFrame, device_properties: list | None = None) -> d
     return base
 
 
+def gpu_peak_bytes(view: dict | None) -> float | None:
+    """The rank's GPU memory peak: the memory view's peak where the view is of a GPU and read from
+    the Total Allocated its events carry; None otherwise (a CPU rank, no profile_memory, no totals,
+    no view). The one definition of the peak: meta.json's `gpu_memory_peak_bytes`, which the
+    memory-headroom recommendation reads, is this."""
+    if not view or not str(view.get("device") or "").startswith("GPU") or view.get("basis") != "total_allocated":
+        return None
+    return view.get("peak_allocated_bytes")
+
+
 def thin_curve(curve: dict | None, points: int) -> dict | None:
     """A `curve` of memory_view() with at most `points` points, chosen as memory_view chooses them
     (the peak stays)."""

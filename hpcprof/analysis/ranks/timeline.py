@@ -49,7 +49,6 @@ class RankTimeline:
     device_kind: str = "cpu"
     """"cuda" (CUDA/ROCm kernel categories), "accelerator" (device-stream activity without them, e.g. MTIA), "cpu"."""
     collectives: list[dict] = field(default_factory=list)
-    memory_peak_bytes: float | None = None
     # host launch time of each device op (NaN: unknown)
     device_launch: np.ndarray = field(default_factory=lambda: np.empty(0))
     device_end: np.ndarray = field(default_factory=lambda: np.empty(0))  # its end
@@ -156,8 +155,8 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
 
     Complete events (`ph` X) with a name and a numeric `ts` and `dur` are used: GPU categories as
     GPU activity, host categories on the main thread (the thread holding most ProfilerStep#N
-    regions) as host activity; `gloo:<op>` host events are the CPU collectives. The GPU memory peak
-    is the largest "Total Allocated" of the `[memory]` instant events on a GPU (Device Type != 0).
+    regions) as host activity; `gloo:<op>` host events are the CPU collectives. (The GPU memory
+    peak is the memory view's: ranks/memory_view.gpu_peak_bytes.)
     `names`, `cats`: the name and category columns factorized (Names.column), where the caller has them.
     """
     n = len(ev)
@@ -166,13 +165,6 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
         return ev[key] if key in ev else pd.Series([missing] * n)
 
     ph, name, cat = col("ph"), col("name"), col("cat")
-
-    mem_peak = None
-    m = (ph == "i").to_numpy() & (name == "[memory]").to_numpy()
-    if m.any():
-        vals = [v for v, d in zip(ev["total_allocated"][m], ev["device_type"][m])
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and (d if d is not None else 1) != 0]
-        mem_peak = max(vals) if vals else None
 
     ts = _numeric(col("ts", np.nan))
     dur = _numeric(col("dur", np.nan))
@@ -324,7 +316,6 @@ def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | N
         has_gpu=bool(is_gpu.any()),
         device_kind=device_kind,
         collectives=collectives,
-        memory_peak_bytes=mem_peak,
         device_launch=dev_launch,
         device_end=end[gpu_idx].astype(float),
         comm_host=Intervals(ts[is_gloo], end[is_gloo]) if not is_gpu.any() else None,
