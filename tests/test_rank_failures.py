@@ -93,15 +93,19 @@ def test_a_rank_that_calls_sys_exit_is_named_with_its_exit_code_and_leaves_a_not
     assert RunDir(tmp_path / "runs" / "exit3").read_manifest()["outcome"]["first_failure"]["rank"] == 1
 
 
-def test_a_rank_that_calls_os_exit_is_named_without_claiming_it_was_killed(tmp_path):
-    """Issue 37 item 2, os._exit(7): no Python runs, so no note and no exit code reach hpcprof under
-    the local executor; the rank is named, and SIGKILL is no longer given as the only explanation."""
+def test_a_rank_that_calls_os_exit_is_named_with_its_exit_code(tmp_path):
+    """Issue 37 item 2, os._exit(7): no Python runs, so no failure note; the exit code reaches submit
+    through the witness that started the rank (hpcprof.witness), and SIGKILL is not given as a cause."""
     proc = _submit(tmp_path, EXITING_RANK.replace("{exit}", "os._exit(7)"), "--name", "exit7", "--train-steps", "8",
                    "--train-pg-timeout-s", "60")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     blame = _blame_line(proc)
     assert blame.startswith("hpcprof: rank 1 on node") and "at step 3" in blame, proc.stdout
-    assert "ended without a failure note" in blame and "os._exit()" in blame, blame
+    assert "exited with code 7 without a failure note: os._exit(7)" in blame and "SIGKILL" not in blame, blame
+    run = RunDir(tmp_path / "runs" / "exit7")
+    assert run.read_exit(1)["exit_code"] == 7
+    first = run.read_manifest()["outcome"]["first_failure"]
+    assert first["rank"] == 1 and "exited with code 7" in first["error"]
 
 
 def test_drills_naming_ranks_outside_a_torchrun_world_are_refused_at_start_up_and_not_recorded(tmp_path):

@@ -62,8 +62,10 @@ def local_cuda_devices(visible_env: str | None, gpus: int) -> tuple[str, ...] | 
 def make_executor(resources: SlurmResources, cluster: str, folder: str | Path, python: str | None = None,
                   **params: Any):
     """A submitit executor for ``resources`` on ``cluster`` ("slurm", "local", "debug"), logging into
-    ``folder``. ``python``: the command starting Python on the nodes (SLURM only; default: this
-    interpreter). ``params``: further submitit parameters (``slurm_array_parallelism``)."""
+    ``folder``. ``python``: the command starting each task's Python (SLURM: on the nodes; local: the
+    training launch passes :func:`hpcprof.witness.witness_python`, which records how each rank
+    ends); default: this interpreter. ``params``: further submitit parameters
+    (``slurm_array_parallelism``)."""
     import submitit
 
     if cluster == "local":
@@ -71,7 +73,7 @@ def make_executor(resources: SlurmResources, cluster: str, folder: str | Path, p
         # ranks see can be set: submitit exports CUDA_VISIBLE_DEVICES=",".join(visible_gpus[:gpus_per_node])
         # to them, and its parameter check takes integers only, so the entries (indices or UUIDs)
         # go into the parameters after it. tests/test_launch.py checks what a launched job sees.
-        local = submitit.LocalExecutor(folder=str(folder))
+        local = submitit.LocalExecutor(folder=str(folder), python=python)
         local.update_parameters(**resources.submitit_parameters(cluster), **params)
         devices = local_cuda_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), resources.gpus_per_node)
         if devices is not None:

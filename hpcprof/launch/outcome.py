@@ -121,6 +121,29 @@ def children_of(pid: int) -> list[int]:
         return []
 
 
+def is_witness(pid: int) -> bool:
+    """Whether `pid` is a witness (hpcprof.witness) rather than a rank, from its command line."""
+    from ..witness import MODULE
+
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            args = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return MODULE.encode() in args
+
+
+def rank_processes(controller: int | None) -> list[int]:
+    """The ranks the local controller runs: its children, or, where a child is a witness
+    (hpcprof.witness), the witness' child. Why not the witnesses: a witness forwards every signal
+    to its rank, so a rank signalled both directly and through its witness would get it twice (a
+    second SIGINT interrupts its clean-up)."""
+    out: list[int] = []
+    for pid in children_of(controller) if controller is not None else []:
+        out += children_of(pid) if is_witness(pid) else [pid]
+    return out
+
+
 def end_leftovers(manifest: dict) -> list[int]:
     """After a local job: SIGKILL to what is left in the process groups of its ranks (each rank
     leads its own: hpcprof.rank.task), e.g. a child of a rank that ended by os._exit or SIGKILL and
@@ -147,8 +170,8 @@ def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]
             return bool(job.done(force_check=True))
         return controller is None or not _alive(controller)
 
-    # the ranks: the controller's children (started before rank 0 could list them) and the manifest's
-    pids = sorted(set(rank_pids_here(manifest)) | set(children_of(controller) if controller is not None else []))
+    # the ranks: the controller's (started before rank 0 could list them) and the manifest's
+    pids = sorted(set(rank_pids_here(manifest)) | set(rank_processes(controller)))
     for pid in pids:
         if _alive(pid):
             with contextlib.suppress(OSError):
@@ -162,7 +185,8 @@ def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]
             return end_leftovers(manifest)
         time.sleep(0.1)
     killed = []
-    for pid in pids + ([controller] if controller is not None and not controller_done() else []):
+    witnesses = [w for w in (children_of(controller) if controller is not None else []) if is_witness(w)]
+    for pid in pids + witnesses + ([controller] if controller is not None and not controller_done() else []):
         if _alive(pid):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -195,8 +219,23 @@ def fatal_cause(text: str | None) -> str | None:
     return f"died of a fatal signal: {head[:200] or text.strip().splitlines()[0][:200]}"
 
 
+def exit_cause(entry: dict | None) -> str | None:
+    """How a rank ended, in words, from its exit record (failures/rank-<r>.exit.json, written by
+    hpcprof.witness for local ranks), or None."""
+    if not entry:
+        return None
+    if "exit_code" in entry:
+        code = entry["exit_code"]
+        return (f"exited with code {code} without a failure note: os._exit({code}) or an exit from native code "
+                "(no Python exception was raised)")
+    name = entry.get("signal_name") or f"signal {entry.get('signal')}"
+    if name == "SIGKILL":
+        return "killed by SIGKILL, which no handler sees: the OOM killer (see dmesg) or kill -9"
+    return f"killed by {name} without a failure note"
+
+
 def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dict[int, int],
-                  fatal: dict[int, str] | None = None) -> dict | None:
+                  fatal: dict[int, str] | None = None, exits: dict[int, dict] | None = None) -> dict | None:
     """The rank to blame: the earliest failure note that is not a peer failure; else a failed rank
     that left no note at all (it could not write one: a fatal signal in native code, which
     faulthandler records in `fatal` (rank -> its text), or SIGKILL, as the OOM killer or `kill -9`
@@ -204,19 +243,23 @@ def first_failure(failures: list[dict], failed_ranks: list[int], last_steps: dic
     closed connection; else, when a rank timed out waiting in a collective, the rank that did not
     answer (:func:`hpcprof.rundir.records.unanswered`: never a rank that timed out waiting; rank
     None when it is not known); else the earliest note. `last_steps`: rank -> last recorded step.
+    `exits`: rank -> its exit record (RunDir.read_exit: local ranks), which says how a silent rank
+    ended and, by its time, which ended first (the controller stops the others after it).
     Returns {"rank", "step", "error", "node", "log", "silent"} or None."""
     root = next((f for f in failures if not f.get("peer_failure")), None)
     if root is not None:
         return dict(root, silent=False)
     noted = {f.get("rank") for f in failures}
-    fatal = fatal or {}
-    silent = [r for r in set(failed_ranks) | set(fatal) if r not in noted]
+    fatal, exits = fatal or {}, exits or {}
+    silent = [r for r in set(failed_ranks) | set(fatal) | set(exits) if r not in noted]
     waited = unanswered(failures)
     if silent:
-        # a rank with a fatal signal on record first, then the one that stopped first
-        r = min(silent, key=lambda x: (x not in fatal, last_steps.get(x, -1), x))
+        # a rank with a fatal signal on record first, then the one that ended first, then the one
+        # that stopped stepping first
+        r = min(silent, key=lambda x: (x not in fatal, float(exits.get(x, {}).get("time", float("inf"))),
+                                       last_steps.get(x, -1), x))
         step = last_steps.get(r, -1) + 1
-        cause = fatal_cause(fatal.get(r))
+        cause = fatal_cause(fatal.get(r)) or exit_cause(exits.get(r))
         if cause is None and waited is not None:
             who = ", ".join(map(str, waited["waiting"]))
             cause = (f"did not answer: rank(s) {who} timed out waiting in a collective; it left no failure note "

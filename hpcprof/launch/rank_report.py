@@ -68,8 +68,9 @@ def report_ranks(run: RunDir, executor: str, job_id: Any, world_size: int, outco
         return EXIT_OK
     log("")
     fatal = {o["rank"]: t for o in outcomes if (t := run.read_fatal(o["rank"]))}
+    exits = {o["rank"]: e for o in outcomes if (e := run.read_exit(o["rank"]))}
     root = first_failure(failures, [o["rank"] for o in failed],
-                         {o["rank"]: last_step(run, o["rank"]) for o in outcomes}, fatal)
+                         {o["rank"]: last_step(run, o["rank"]) for o in outcomes}, fatal, exits)
     if root is not None and root["rank"] is None:  # timed out waiting for a rank not known
         record_outcome(run, "failed", first=run_manifest.FirstFailure(rank=None, step=root.get("step"), error=str(root["error"])[:300]))
         log(f"hpcprof: {root['error']} (step {root.get('step')})")

@@ -103,13 +103,16 @@ def launch(spec: JobSpec, argv: list[str] | None = None, log=print, replicate: r
 
     from ..rank.lifeline import launcher_identity
     from ..rank.task import TrainTask
+    from ..witness import witness_python
 
     # local ranks die with this process, however it ends (hpcprof.rank.lifeline)
     task = TrainTask(spec, str(run.root.resolve()), launcher=launcher_identity() if executor == "local" else None)
     try:
         # submitit prints sbatch's stderr itself before raising: keep it for the one-line error
         with contextlib.redirect_stderr(io.StringIO()), local_controller_apart(executor, run.logs_dir):
-            ex = make_executor(spec.resources, executor, run.logs_dir)
+            # local ranks run under a witness that records how each ends (hpcprof.witness)
+            python = witness_python(run.root.resolve()) if executor == "local" else None
+            ex = make_executor(spec.resources, executor, run.logs_dir, python=python)
             job = ex.submit(task)
     except (FailedJobError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
         # the job never started: leave nothing that looks like a run, so that the name can be used again

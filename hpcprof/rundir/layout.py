@@ -39,6 +39,11 @@ FAILURE_TEMPLATE = "rank-{rank}.json"
 FATAL_TEMPLATE = "rank-{rank}.fatal.txt"
 """Beside the failure notes: what Python's faulthandler wrote when a rank died of a fatal signal
 (SIGABRT from the NCCL watchdog, SIGSEGV...), where no note can be written."""
+EXIT_TEMPLATE = "rank-{rank}.exit.json"
+"""Beside the failure notes: how a local rank ended when not with 0 (exit code or signal, and
+when), written by the process that started it (hpcprof.witness): the one record of an os._exit(),
+an exit from native code or a SIGKILL."""
+_FAILURE_NOTE = re.compile(r"^rank-\d+\.json$")
 LOGS_DIR = "logs"
 ANALYSIS_DIR = "analysis"
 # every per-rank file above is named rank-<r>.<suffix>
@@ -192,6 +197,19 @@ class RunDir:
     def fatal_path(self, rank: int) -> Path:
         return self.root / FAILURES_DIR / FATAL_TEMPLATE.format(rank=rank)
 
+    def exit_path(self, rank: int) -> Path:
+        return self.root / FAILURES_DIR / EXIT_TEMPLATE.format(rank=rank)
+
+    def read_exit(self, rank: int) -> dict | None:
+        """How `rank` ended when not with 0 ({"rank", "time", "exit_code"} or {"rank", "time",
+        "signal", "signal_name"}), or None: no record (it ended with 0, it ran under SLURM, or the
+        record is unreadable)."""
+        try:
+            entry = json.loads(self.exit_path(rank).read_text())
+        except (OSError, ValueError):
+            return None
+        return entry if isinstance(entry, dict) and ("exit_code" in entry or "signal" in entry) else None
+
     def read_fatal(self, rank: int) -> str | None:
         """What faulthandler wrote for `rank` (its fatal signal and stacks), or None (no file, or
         empty: the rank ended cleanly, or was killed by a signal no handler sees, SIGKILL)."""
@@ -280,6 +298,8 @@ class RunDir:
     def read_failures(self) -> list[dict[str, Any]]:
         out = []
         for p in sorted((self.root / FAILURES_DIR).glob(FAILURE_TEMPLATE.format(rank="*"))):
+            if not _FAILURE_NOTE.match(p.name):  # rank-<r>.exit.json is not a note
+                continue
             try:
                 out.append(json.loads(p.read_text()))
             except (OSError, json.JSONDecodeError):
