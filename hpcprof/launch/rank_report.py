@@ -24,6 +24,17 @@ def last_step(run: RunDir, rank: int) -> int:
     return max((s["step"] for s in run.read_steps(rank) if isinstance(s, dict) and isinstance(s.get("step"), int)), default=-1)
 
 
+def oom_pointer(run: RunDir, note: dict) -> str:
+    """After an out-of-memory failure: where the memory snapshot written at it lies, and what reads
+    it; or how to get one next time."""
+    if note.get("memory_snapshot"):
+        return (f"hpcprof: the CUDA memory snapshot at the failure is {run.root / note['memory_snapshot']}: "
+                f"python -m hpcprof.analyze {run.root} lists the blocks that held the memory and the lines that "
+                "allocated them (https://pytorch.org/memory_viz draws its whole history)")
+    return ("hpcprof: to see which lines held the memory, run again with --profiler-memory-snapshot (GPU runs): the "
+            "ranks then record the allocator's history and write a snapshot at an out-of-memory failure")
+
+
 def report_ranks(run: RunDir, executor: str, job_id: Any, world_size: int, outcomes: list[dict[str, Any]],
                  log=print) -> int:
     """Report each rank of an ended job (``outcomes``: per rank, ``rank``, ``status`` "ok" or
@@ -83,6 +94,8 @@ def report_ranks(run: RunDir, executor: str, job_id: Any, world_size: int, outco
             f"hpcprof: rank {rank} on node {node} failed at step {root.get('step')}: {root.get('error')}\n"
             f"hpcprof: {'its last words, if any, are' if root.get('silent') else 'traceback'} in {log_path}"
         )
+        if root.get("kind") == "oom":
+            log(oom_pointer(run, root))
         own = sorted({f["rank"] for f in failures if f["rank"] != rank and not f.get("peer_failure")})
         others = sorted(({f["rank"] for f in failures if f["rank"] != rank} | {o["rank"] for o in failed if o["rank"] != rank})
                         - set(own))

@@ -99,7 +99,13 @@ class FailureContext:
         error = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, SystemExit):
             error = f"SystemExit: the training code exited with code {exit_code(exc)} (sys.exit({exc.code!r}))"
+        snapshot = None
+        if kind == "oom":
+            from .profiling import write_oom_snapshot
+
+            snapshot = write_oom_snapshot(self.run, self.rank)
         return FailureNote(
+            memory_snapshot=snapshot,
             rank=self.rank,
             node=self.node,
             pid=os.getpid(),

@@ -6,22 +6,43 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from ..rundir import RunDir, temporary_then_rename
+from ..rundir.memory_snapshots import snapshot_path
 from ..spec import Profiler
 from .clock_skew import skew_trace_file
 
 
-def write_memory_snapshot(run: RunDir, rank: int) -> None:
-    """memory/rank-<r>.pickle: the CUDA caching allocator's history (profiler.memory_snapshot), for
-    https://pytorch.org/memory_viz."""
+_HISTORY = {"on": False}
+"""Whether this process records the CUDA allocator's history (RankProfiler turns it on)."""
+
+
+def write_memory_snapshot(run: RunDir, rank: int, oom: bool = False) -> Path:
+    """memory/rank-<r>.pickle (or .oom.pickle): the CUDA caching allocator's state and history
+    (profiler.memory_snapshot), for https://pytorch.org/memory_viz and `analyze`
+    (hpcprof.rundir.memory_snapshots). torch.cuda.memory._dump_snapshot is a documented PyTorch API
+    that carries an underscore."""
     import torch
 
-    path = run.root / "memory" / f"rank-{rank}.pickle"
+    path = snapshot_path(run.root, rank, oom)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.cuda.memory._dump_snapshot(str(path))
+    return path
+
+
+def write_oom_snapshot(run: RunDir, rank: int) -> str | None:
+    """At an out-of-memory failure, where the allocator's history is recorded: the snapshot, written
+    now (its path relative to the run directory); None where there is no history or it cannot be
+    written (never an error: the failure note must still be written)."""
+    if not _HISTORY["on"]:
+        return None
+    try:
+        return write_memory_snapshot(run, rank, oom=True).relative_to(run.root).as_posix()
+    except Exception:  # a second OOM while pickling, a full disk: the note matters more
+        return None
 
 
 class NullProfiler:
@@ -63,6 +84,7 @@ class RankProfiler:
             import torch
 
             torch.cuda.memory._record_memory_history(max_entries=100_000)
+            _HISTORY["on"] = True
         self._schedule = captures if captures is not None else \
             schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])

@@ -246,6 +246,10 @@ class FailureNote:
     oom, nccl (this rank's NCCL or network operation failed), drill (--inject-crash) are root
     causes; peer_closed, peer_timeout, nccl_remote, peer_stopped are consequences of another rank's
     failure (peer_failure true)."""
+    memory_snapshot: str | None = None
+    """kind oom on a GPU rank recording the allocator's history (profiler.memory_snapshot): the CUDA
+    memory snapshot written at the failure, relative to the run directory
+    (memory/rank-<r>.oom.pickle), which `analyze` reads to say what held the memory."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

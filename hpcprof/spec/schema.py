@@ -121,7 +121,8 @@ class Profiler:
     memory_snapshot: bool = False
     """GPU only: record the CUDA caching allocator's history from the start and write a memory
     snapshot per rank (memory/rank-<r>.pickle, for https://pytorch.org/memory_viz) when the first
-    profiling window ends."""
+    profiling window ends, and memory/rank-<r>.oom.pickle at an out-of-memory failure; `analyze`
+    names the blocks live at each snapshot's peak and the lines that allocated them."""
     trigger_window: int = 0
     """Triggered: steps per window: at the end of every window, every rank's lateness is scored over
     the last trigger_windows windows. 0: chosen from the step time, about half a second (at least 4

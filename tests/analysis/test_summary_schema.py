@@ -59,6 +59,9 @@ WHERE = {
     "MemoryStep": lambda s: [st for r in s["memory_view"]["per_rank"] for st in r["steps"]],
     "MemoryCurve": lambda s: [r["curve"] for r in s["memory_view"]["per_rank"] if r["curve"]],
     "MemoryPeaks": lambda s: [s["memory_view"]["across_ranks"]],
+    "MemorySnapshot": lambda s: s["memory_view"]["snapshots"],
+    "MemoryBlock": lambda s: [b for v in s["memory_view"]["snapshots"] for b in v["largest_blocks"]],
+    "MemoryOom": lambda s: [o for v in s["memory_view"]["snapshots"] for o in v["oom"]],
     "Outputs": lambda s: [s["outputs"]],
     "ClockAlignment": lambda s: [s["clock_alignment"]],
     "ClockHost": lambda s: s["clock_alignment"]["hosts"],
@@ -124,8 +127,23 @@ def triggered_summary(straggler_summary, tmp_path_factory) -> dict:
     return s
 
 
-def test_documented_keys_are_exactly_those_written(straggler_summary, triggered_summary, run_with_steps):
-    written = [straggler_summary, analyze(run_with_steps, progress=False), triggered_summary]
+@pytest.fixture(scope="module")
+def snapshot_summary(tmp_path_factory) -> dict:
+    """The sampled set with a CUDA memory snapshot of rank 0 (tests/analysis/test_memory_snapshots.py)."""
+    import pickle
+    import shutil
+
+    from .test_memory_snapshots import snapshot
+
+    folder = tmp_path_factory.mktemp("snap") / "traces"
+    shutil.copytree(require(SAMPLED), folder)
+    (folder / "memory").mkdir()
+    (folder / "memory" / "rank-0.oom.pickle").write_bytes(pickle.dumps(snapshot()))
+    return analyze(folder, out=folder.parent / "out", progress=False)
+
+
+def test_documented_keys_are_exactly_those_written(straggler_summary, triggered_summary, run_with_steps, snapshot_summary):
+    written = [straggler_summary, analyze(run_with_steps, progress=False), triggered_summary, snapshot_summary]
     assert written[1]["throughput"], "the run with step records must give a throughput to check"
     doc = blocks(SCHEMA.read_text())
     for name, keys in doc.items():

@@ -57,6 +57,13 @@ def console_summary(summary: dict) -> str:
     for x in (summary.get("slow_gpu") or {}).get("per_rank") or []:  # reduce/slow_gpu.py
         if x.get("slow"):
             lines.append(f"slow GPU: {x['text']}")
+    for v in (summary.get("memory_view") or {}).get("snapshots") or []:  # rundir/memory_snapshots.py
+        for o in v.get("oom") or []:
+            big = (v.get("largest_blocks") or [None])[0]
+            lines.append(f"out of memory on rank {v['rank']} (device {v['device']}): {o['requested_bytes'] / 2**20:,.1f} MiB "
+                         f"requested with {o['in_use_bytes'] / 2**20:,.1f} MiB in use"
+                         + (f"; largest block live at the peak {big['bytes'] / 2**20:,.1f} MiB, allocated at {big['where'] or 'an unknown line'}" if big else "")
+                         + f" ({v['file']})")
     if summary["recommendations"]:
         r = summary["recommendations"][0]
         lines.append(f"top recommendation: {r['title']}\n  evidence: {r['evidence']}")

@@ -17,12 +17,36 @@ def _mib(v) -> str:
     return f"{v / 2**20:,.1f} MiB" if abs(v) >= 2**20 else f"{v / 2**10:,.1f} KiB"
 
 
+def snapshots_part(snapshots: list[dict]) -> str:
+    """What held the memory at the peak of each CUDA memory snapshot (summary.json
+    memory_view.snapshots), an out-of-memory one first; "" without snapshots."""
+    if not snapshots:
+        return ""
+    body = ("<h3>CUDA memory snapshots</h3><p>From the snapshots the ranks wrote (<code>profiler.memory_snapshot</code>; "
+            "open them in <a href='https://pytorch.org/memory_viz'>pytorch.org/memory_viz</a> for the whole history): "
+            "the peak of the memory in use over the recorded history and the largest blocks live at that peak, with "
+            "the line that allocated each.</p>")
+    for v in sorted(snapshots, key=lambda v: (v["at"] != "oom", v["rank"], v["device"])):
+        head = (f"rank {esc(v['rank'])}, device {esc(v['device'])} ({esc(v['file'])}"
+                f"{', written at its out-of-memory failure' if v['at'] == 'oom' else ''}): peak in use "
+                f"{_mib(v['peak_bytes'])} with {num(v['live_blocks_at_peak'])} live blocks; reserved at the dump "
+                f"{_mib(v['reserved_bytes_at_dump'])}")
+        for o in v.get("oom") or []:
+            head += (f"; <b>out of memory</b>: {_mib(o['requested_bytes'])} requested with {_mib(o['in_use_bytes'])} in use"
+                     f" and {_mib(o['device_free_bytes'])} free on the device")
+        rows = [{"size": _mib(b["bytes"]), "allocated at": b["where"], "frames": " <- ".join(b["frames"][:3])}
+                for b in v["largest_blocks"]]
+        body += f"<p>{head}.</p>" + table(pd.DataFrame(rows), max_rows=10)
+    return body
+
+
 def memory_section(s: dict, charts: str) -> str:
     """The section's HTML; `charts`: the two charts' HTML (report._chart: image or why left out)."""
     m = s.get("memory_view") or {}
     across, per = m.get("across_ranks") or {}, m.get("per_rank") or []
+    snaps = snapshots_part(m.get("snapshots") or [])
     if not across.get("ranks"):
-        return f"<p class='none'>No memory view: {esc(across.get('reason') or 'no rank was analysed')}.</p>"
+        return f"<p class='none'>No memory view: {esc(across.get('reason') or 'no rank was analysed')}.</p>" + snaps
     body = ("<p>The memory view of the PyTorch profiler's TensorBoard plugin (torch-tb-profiler 0.4.3), from the "
             "traces' <code>[memory]</code> events (<code>profile_memory</code>): allocated memory over time on each "
             "rank's device, the peak with the operator and profiled step where it was reached, and the operators "
@@ -54,4 +78,4 @@ def memory_section(s: dict, charts: str) -> str:
     if top:
         body += ("<h3>Operators that allocate most (first ranks)</h3>"
                  + table(pd.DataFrame(top), max_rows=40, note="tables/memory_operators.csv"))
-    return body
+    return body + snaps

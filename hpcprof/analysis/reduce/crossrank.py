@@ -22,7 +22,7 @@ from .communication import comm_share_pct, communication, ours_kernel_types
 from .critical_path import CriticalPath, critical_paths
 from .gpu_summary import gpu_summary
 from .op_efficiency import op_efficiency, op_efficiency_table
-from .memory_view import memory_view
+from .memory_view import memory_view, snapshot_views
 from .kernels import kernel_breakdown, kernels_across_ranks
 from .per_rank import job_device, node_names, per_rank_table
 from .recommend import recommendations
@@ -216,7 +216,8 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
         whatif=wi,
         throughput=tp, throughput_steps=tp_steps, communication=comm, critical_path=crit,
         workload=workload(manifest, steps.job_records), job_collectives=job_colls, control_collectives=control_colls,
-        trained_alone=alone, gpu_summary=gpu_summary(metas), slow_gpu=sg, memory_view=memory_view(metas),
+        trained_alone=alone, gpu_summary=gpu_summary(metas), slow_gpu=sg,
+        memory_view=memory_view(metas, snapshot_views(src, metas, warnings)),
         op_efficiency=op_efficiency(metas, eff_rows), op_efficiency_table=op_efficiency_table(eff_rows),
     )
 

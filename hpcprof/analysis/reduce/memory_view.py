@@ -4,16 +4,19 @@ meta.json `memory_view`), and the peaks side by side: the median peak and the ra
 differs from it by more than PEAK_TOLERANCE, named.
 
 summary.json `memory_view`, tables/memory_view and tables/memory_operators (docs/summary-json.md
-"MemoryView").
+"MemoryView"). Where the run directory holds CUDA memory snapshots (profiler.memory_snapshot), what
+held the memory at their peak: `snapshots` (hpcprof.rundir.memory_snapshots reads them).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
+from ...rundir.memory_snapshots import SnapshotError, peak_blocks, read_snapshot, snapshot_path
 from ..ranks.memory_view import thin_curve
 
 PEAK_TOLERANCE = 0.10
@@ -77,10 +80,31 @@ def across_ranks(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def memory_view(metas: dict[int, dict]) -> dict[str, Any]:
-    """summary.json `memory_view`: {"per_rank": [...], "across_ranks": {...}}."""
+def snapshot_views(root: Path, ranks: Iterable[int], warnings: list[str]) -> list[dict[str, Any]]:
+    """Per snapshot file of the analysed ranks (memory/rank-<r>.oom.pickle first, then
+    memory/rank-<r>.pickle) and device: what held the memory at its peak (peak_blocks), with the
+    rank, the file (relative to the run directory) and when it was written (`at`: "oom" or
+    "first_trace"). A file that is not a snapshot is named in `warnings` and left out."""
+    out = []
+    for rank in sorted(ranks):
+        for oom in (True, False):
+            path = snapshot_path(root, rank, oom)
+            if not path.is_file():
+                continue
+            try:
+                views = peak_blocks(read_snapshot(path))
+            except SnapshotError as exc:
+                warnings.append(f"memory snapshot of rank {rank} left out: {exc}")
+                continue
+            out += [{"rank": rank, "file": path.relative_to(root).as_posix(), "at": "oom" if oom else "first_trace", **v}
+                    for v in views]
+    return out
+
+
+def memory_view(metas: dict[int, dict], snapshots: list[dict] | None = None) -> dict[str, Any]:
+    """summary.json `memory_view`: {"per_rank": [...], "across_ranks": {...}, "snapshots": [...]}."""
     rows = rank_rows(metas)
-    return {"per_rank": rows, "across_ranks": across_ranks(rows)}
+    return {"per_rank": rows, "across_ranks": across_ranks(rows), "snapshots": snapshots or []}
 
 
 def memory_table(summary: dict[str, Any]) -> pd.DataFrame:
