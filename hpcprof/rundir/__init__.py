@@ -53,8 +53,8 @@ from .records import (
 
 __all__ = [
     "ANALYSIS_DIR", "CAPTURE_DIR_TEMPLATE", "CHECKPOINT_FILE", "CYCLE_DIR_TEMPLATE", "FAILURE_TEMPLATE", "FAILURES_DIR",
-    "EXIT_TEMPLATE", "FATAL_TEMPLATE", "LOGS_DIR", "MANIFEST_FILE", "SPEC_FILE", "STEPS_DIR", "STEPS_TEMPLATE", "TRACE_TEMPLATE",
-    "TRACE_TMP_DIR", "TRACES_DIR", "TRIGGERS_FILE",
+    "EXIT_TEMPLATE", "FATAL_TEMPLATE", "LOGS_DIR", "MANIFEST_FILE", "SPEC_FILE", "STEPS_DIR", "STEPS_TEMPLATE",
+    "TRACE_TEMPLATE", "TRACE_TMP_DIR", "TRACES_DIR", "TRIGGERS_FILE",
     "RunDir", "RunDirError", "atomic_write_text", "default_run_name", "rank_from_name", "read_jsonl",
     "temporary_then_rename",
     "Attempt", "Clock", "Drills", "Manifest", "RankEntry", "Versions",
