@@ -8,7 +8,7 @@ temporary directory and renamed into place, so a crashed worker never leaves a h
 looks complete. Because the key is the hash of the file's bytes, a changed or replaced trace gets a
 new key and is never served stale; bump ANALYSIS_VERSION whenever per-rank tables change meaning.
 
-Whole-analysis memo: when the trace bytes, the steps files and manifest (size, mtime), the options
+Whole-analysis memo: when the trace bytes, the steps files, memory snapshots and manifest (size, mtime), the options
 (ranks), the HTA release, ANALYSIS_VERSION and REDUCE_VERSION all match the `inputs_key` of the
 summary.json already in the output folder, the outputs there are current and are returned as they are, without mapping,
 reducing or drawing again.
@@ -30,6 +30,7 @@ from typing import Iterable, Iterator
 
 from ..hta_release import installed_hta
 from ..rundir import RunDir
+from ..rundir.memory_snapshots import MEMORY_DIR
 from ..rundir.layout import current_umask
 from .decode.load import file_digest
 from .outputs.layout import AnalysisDir
@@ -211,6 +212,7 @@ def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None, option
     parts += [f"{f.name}:{digests[f]}" for f in files]
     run = RunDir(src)
     extra = [run.steps_path(r) for r in run.step_ranks()]
+    extra += sorted((run.root / MEMORY_DIR).glob("rank-*.pickle"))  # memory snapshots: summary memory_view.snapshots
     for p in extra + [run.manifest_path]:
         if p.is_file():
             st = p.stat()

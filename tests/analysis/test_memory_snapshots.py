@@ -122,6 +122,17 @@ def test_analyze_reports_an_out_of_memory_snapshot_in_the_summary_console_and_re
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["memory_view"]["snapshots"][0]["live_blocks_at_peak"] == 3
 
 
+def test_a_snapshot_added_after_an_analysis_is_read_by_the_next_one(tmp_path):
+    """The whole-analysis memo is keyed on the snapshots too: not served from before they existed."""
+    folder = tmp_path / "traces"
+    shutil.copytree(TRACES / "hta_sampled_2of128", folder)
+    assert analyze(folder, out=tmp_path / "out", progress=False)["memory_view"]["snapshots"] == []
+    (folder / "memory").mkdir()
+    (folder / "memory" / "rank-0.pickle").write_bytes(pickle.dumps(snapshot()))
+    s = analyze(folder, out=tmp_path / "out", progress=False)
+    assert [(v["rank"], v["at"]) for v in s["memory_view"]["snapshots"]] == [(0, "first_trace")]
+
+
 def test_an_out_of_memory_failure_note_points_to_the_snapshot_written_at_it(tmp_path, monkeypatch):
     """The rank side, without a GPU: the allocator's history is on (as RankProfiler turns it on with
     profiler.memory_snapshot), and torch's dump writes what it would write on a GPU."""
