@@ -174,8 +174,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
         s["node"] = nodes.get(s["rank"])
     clock_warnings, _ = same_host_clock_warnings(steps_trace, hosts, steps.median_ms)
     warnings.extend(clock_warnings)
-    profiled = wi.steps["step"] if not wi.steps.empty else []
-    strag, withheld = plausible_stragglers(strag, profiled_step_ms(steps_trace, profiled, steps.median_ms))
+    strag, withheld = plausible_stragglers(strag, profiled_step_ms(wi.graphs, steps.median_ms))
     sg = slow_gpu(rank_table(keep, "kernel_work"))
     for s in strag:  # slower kernels for the same work, or more work (reduce.slow_gpu)
         s["gpu_compute_evidence"] = gpu_compute_evidence(sg, s["rank"]) if s.get("cause") == "gpu_compute" else None

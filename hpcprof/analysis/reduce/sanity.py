@@ -14,8 +14,9 @@ facts make such numbers detectable without knowing the truth:
   steps, not the run's median step: a rank that turns slow late in a run is captured in its slow
   steps (a triggered capture, steps of 540 ms in a run whose median step is 211 ms), and its true
   cost of 207 ms/step was withheld as impossible against the run's median (issue 33's CI run).
-  Each step's time here is the longest of the ranks' own ProfilerStep durations: read on one clock
-  each, so the clock errors this check is there to catch cannot inflate it.
+  Each step's time here is the longest of the ranks' own step durations: each rank's start and end
+  are shifted by the same clock offset, so the clock errors this check is there to catch cannot
+  inflate it.
 """
 
 from __future__ import annotations
@@ -66,20 +67,13 @@ def same_host_clock_warnings(steps_trace: pd.DataFrame, hosts: dict[int, str | N
     return warnings, suspect
 
 
-def profiled_step_ms(steps_trace: pd.DataFrame, steps: pd.Series | list, fallback: float | None) -> float | None:
-    """The mean time of the profiled `steps` a straggler's cost is averaged over: per step, the
-    longest of the ranks' own durations (`steps_trace` columns step, dur_ms and, on a GPU,
-    ts_us/device_end_us: the step lasts until its last kernel); `fallback` where the
-    trace holds none of those steps (no step markers: the what-if ran on one graph, step -1)."""
-    if steps_trace is None or steps_trace.empty or not {"step", "dur_ms"} <= set(steps_trace.columns):
-        return fallback
-    mine = steps_trace[steps_trace["step"].isin(list(steps))]
-    if mine.empty:
-        return fallback
-    dur = mine["dur_ms"]
-    if {"device_end_us", "ts_us"} <= set(mine.columns):  # a GPU step ends when its kernels do, as the replay's
-        dur = np.fmax(dur, (mine["device_end_us"] - mine["ts_us"]) / 1e3)
-    return float(dur.groupby(mine["step"]).max().mean())
+def profiled_step_ms(graphs: list, fallback: float | None) -> float | None:
+    """The mean time of the profiled steps a straggler's cost is averaged over: per step graph of the
+    what-if (reduce.step_graph.StepGraph: `step`, and each rank's `start` and `end`, the step's end
+    being its last kernel's on a GPU), the longest of the ranks' own durations; `fallback` where the
+    traces hold no step markers (one graph over the whole trace, step -1)."""
+    durations = [float(np.max(g.end - g.start)) / 1e3 for g in graphs if g.step != -1]
+    return float(np.mean(durations)) if durations else fallback
 
 
 def plausible_stragglers(stragglers: list[dict], step_ms: float | None) -> tuple[list[dict], list[str]]:
