@@ -145,13 +145,24 @@ def test_nonsense_training_values_are_refused(tmp_path, flag, value, needle):
 
 # ------------------------------------------------------------------ crashes and signals
 def test_debug_executor_crash_never_drops_into_pdb(tmp_path):
-    proc = _submit("--cluster", "debug", "--inject-crash", "0:2", "--runs-dir", str(tmp_path), "--name", "dbg",
-                   timeout=300)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out
+    # as from a terminal: standard input stays open (a debugger reading it would wait forever)
+    runs, log = tmp_path / "runs", tmp_path / "submit.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hpcprof.submit", *SMALL, "--cluster", "debug", "--inject-crash", "0:2",
+             "--runs-dir", str(runs), "--name", "dbg"],
+            cwd=REPO, stdin=subprocess.PIPE, stdout=fh, stderr=subprocess.STDOUT, text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        try:
+            code = proc.wait(timeout=300)
+        finally:
+            proc.kill()
+            proc.stdin.close()
+    out = log.read_text()
+    assert code == 1, out
     assert "(Pdb)" not in out
     assert "rank 0" in out and "step 2" in out, out
-    note = json.loads((tmp_path / "dbg" / "failures" / "rank-0.json").read_text())
+    note = json.loads((runs / "dbg" / "failures" / "rank-0.json").read_text())
     assert note["step"] == 2
 
 

@@ -11,9 +11,11 @@ to the ranks, a rank killed by SIGKILL leaves no failure note while its peers bl
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import signal
+import sys
 import time
 from typing import Any, Iterator
 
@@ -92,14 +94,19 @@ def submission_error(exc: BaseException) -> str:
     return f"the job was not submitted: {said[:300]}; {hint}"
 
 
-def quiet_pdb():
-    """submitit's debug executor calls pdb.post_mortem() on any exception of the job, which waits
-    on stdin forever (issue 13: `--cluster debug --inject-crash 0:2` hung at a (Pdb) prompt). The
-    failure is reported like any other instead: the rank's failure note and this command's exit code."""
-    import pdb
-    from unittest import mock
-
-    return mock.patch.object(pdb, "post_mortem", lambda *a, **k: None)
+@contextlib.contextmanager
+def quiet_pdb() -> Iterator[None]:
+    """submitit's debug executor calls pdb.post_mortem() (or ipdb's, by PYTHONBREAKPOINT) on any
+    exception of the job, which waits on stdin forever (issue 13: `--cluster debug --inject-crash
+    0:2` hung at a (Pdb) prompt). Inside this block the debugger reads an empty standard input: it
+    reads the end of the file at once and returns, and the failure is reported like any other (the
+    rank's failure note and this command's exit code). Nothing of pdb or submitit is replaced."""
+    saved = sys.stdin
+    sys.stdin = io.StringIO()
+    try:
+        yield
+    finally:
+        sys.stdin = saved
 
 
 def _alive(pid: Any) -> bool:
