@@ -18,7 +18,9 @@ the command submitit starts for each task (``LocalExecutor(python=...)``, a publ
 - it ends as the rank ended (the same exit code, or the same signal), so that the controller's
   requeue and failure handling see what they saw without it;
 - it dies with the controller (``PR_SET_PDEATHSIG``), and the rank with it (the rank asks the same
-  of its parent: :mod:`hpcprof.rank.lifeline`).
+  of its parent: :mod:`hpcprof.rank.lifeline`);
+- it leads a session of its own, so that a Ctrl-C at the terminal does not reach it (nor the rank
+  through it): the controller starts it with SIGINT ignored, and `submit` alone stops the ranks.
 
 It imports the standard library and :mod:`hpcprof.lifetime` only (hence a top-level module, beside
 it): it lives as long as the rank, and must not hold memory or time a rank could use. SLURM ranks need none: ``sacct`` reports each step's
@@ -38,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from .lifetime import die_with_parent
+from .lifetime import die_with_parent, lead_own_group
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGCONT)
@@ -85,6 +87,9 @@ def record_exit(run_root: Path, rank: int, status: int) -> Path | None:
 def run(run_root: Path, command: list[str]) -> int:
     """Run `command` (the rank), forwarding signals to it; record and return its status."""
     die_with_parent()
+    # out of the terminal's process group (the controller is in it, ignoring SIGINT): a Ctrl-C
+    # reaches `submit` alone, which signals the rank once (hpcprof.launch.executors.local_controller_apart)
+    lead_own_group()
     child: list[subprocess.Popen] = []
     pending: list[int] = []
 

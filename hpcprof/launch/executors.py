@@ -8,11 +8,12 @@ The resolution of the resources the spec leaves open (ranks and GPUs per node) i
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
+import signal
 import subprocess
-import types
+import sys
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -92,22 +93,36 @@ CONTROLLER_LOG = "submitit-controller.log"
 @contextlib.contextmanager
 def local_controller_apart(cluster: str, logs_dir: str | Path) -> Iterator[None]:
     """While submitting to the local executor: submitit's controller process (which starts the
-    ranks) runs in its own session, its output in ``logs_dir/CONTROLLER_LOG``. Why: in the
-    terminal's process group it received every Ctrl-C along with `submit` and printed its
-    KeyboardInterrupt traceback on the user's terminal (issue 23, item 3); apart, only `submit`
-    gets the Ctrl-C and stops the ranks itself (hpcprof.launch.outcome.stop_local_job), and the ranks
-    die with `submit` however it ends (hpcprof.rank.lifeline). Other executors: nothing changes."""
-    if cluster != "local":
+    ranks) is started with SIGINT ignored, its output in ``logs_dir/CONTROLLER_LOG`` and its input
+    from /dev/null. Why: it runs in the terminal's process group, so every Ctrl-C reached it with
+    `submit`; it then printed its KeyboardInterrupt traceback on the user's terminal and killed the
+    ranks a second later, before they could stop (issue 23, item 3). Now only `submit` acts on a
+    Ctrl-C and stops the ranks itself (:func:`hpcprof.launch.outcome.stop_local_job`); the witnesses
+    and the ranks lead sessions of their own (:mod:`hpcprof.witness`, :mod:`hpcprof.rank.task`), out
+    of the terminal's reach, and die with `submit` however it ends (:mod:`hpcprof.rank.lifeline`).
+
+    How, with no change to submitit: a process inherits its parent's ignored signals and open files
+    at its start, and Python installs no KeyboardInterrupt handler for a SIGINT that it starts with
+    ignored. So this process ignores SIGINT and points its standard streams at the log for the
+    moment the controller is started, then takes both back (a Ctrl-C within that moment is lost).
+    The controller is then stopped by SIGTERM or SIGKILL, never by the job's ``cancel()`` (SIGINT).
+    Other executors, or a caller off the main thread (where no signal can be set): nothing changes."""
+    if cluster != "local" or threading.current_thread() is not threading.main_thread():
         yield
         return
-    from unittest import mock
-
-    import submitit.local.local as local_executor
-
     Path(logs_dir).mkdir(parents=True, exist_ok=True)
-    with open(Path(logs_dir) / CONTROLLER_LOG, "ab") as log:
-        popen = functools.partial(subprocess.Popen, start_new_session=True, stdin=subprocess.DEVNULL,
-                                  stdout=log, stderr=subprocess.STDOUT)
-        # only submitit's local module sees this Popen (start_controller is its one user here)
-        with mock.patch.object(local_executor, "subprocess", types.SimpleNamespace(Popen=popen)):
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with open(os.devnull, "rb") as null, open(Path(logs_dir) / CONTROLLER_LOG, "ab") as log:
+        saved = [os.dup(fd) for fd in (0, 1, 2)]
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            for fd, target in ((0, null), (1, log), (2, log)):
+                os.dup2(target.fileno(), fd)
             yield
+        finally:
+            for fd, copy in zip((0, 1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+            signal.signal(signal.SIGINT, previous)

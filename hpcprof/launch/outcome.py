@@ -164,11 +164,11 @@ def end_leftovers(manifest: dict) -> list[int]:
 def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]:
     """Stop a local submitit job and every process it runs: SIGINT to the ranks (the controller's
     children and the manifest's rank pids: each stops where it is, its peers see the closed
-    connection; the controller then sees every rank gone and exits quietly), or to the controller
-    when there are no ranks yet (it forwards SIGINT, then SIGKILL, to them; its KeyboardInterrupt
-    goes to logs/submitit-controller.log); after `grace_s`, SIGKILL to whatever of it is still
-    alive, and to what the ranks left in their process groups (:func:`end_leftovers`). Returns the
-    pids that had to be killed."""
+    connection; the controller then sees every rank gone and exits quietly), or, when there are no
+    ranks yet, SIGKILL to the controller (it ignores SIGINT: executors.local_controller_apart; the
+    witnesses die with it, and a rank just starting with its witness); after `grace_s`, SIGKILL to
+    whatever of it is still alive, and to what the ranks left in their process groups
+    (:func:`end_leftovers`). Returns the pids that had to be killed."""
     # the controller: submitit's local job id is its pid (the process submit started)
     controller = int(job.job_id) if str(getattr(job, "job_id", "")).isdigit() else None
 
@@ -183,9 +183,9 @@ def stop_local_job(job: Any, manifest: dict, grace_s: float = 15.0) -> list[int]
         if _alive(pid):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGINT)
-    if not pids:
-        with contextlib.suppress(Exception):
-            job.cancel(check=False)
+    if not pids and controller is not None and _alive(controller):
+        with contextlib.suppress(OSError):
+            os.kill(controller, signal.SIGKILL)
     deadline = time.time() + grace_s
     while time.time() < deadline:
         if controller_done() and not any(_alive(p) for p in pids):
