@@ -92,6 +92,30 @@ def test_toml_round_trip_and_override_argv(tmp_path):
     assert parse(*override_argv(spec)).to_dict() == spec.to_dict()
 
 
+def test_spec_toml_reads_back_the_same_values_quotes_unicode_floats_and_tables_included(tmp_path):
+    """spec.toml (tomli-w) parses to the spec's dict and loads as the same spec: strings with quotes,
+    backslashes, a newline, a tab and non-ASCII letters, a float written with an exponent, empty lists,
+    and resources.slurm_extra, a table inside [resources]; a spec.toml written before, with that
+    table inline, still reads."""
+    import tomllib
+
+    arg = 'naïve "x"\n\ttab \\ end'
+    specs = [parse("--model-arch", "resnet18", "--train-lr", "0.00001", "--slurm-extra", "hint=nomultithread",
+                   "--slurm-extra", "comment=a,b:c", "--setup", 'export X="a b" # ü', "--setup", "echo 'x' \\ y"),
+             parse("--script", "train.py", "--", "--name", arg, "--lr", "1e-05")]
+    assert specs[0].train.lr == 1e-05 and specs[0].workload.args == [] and specs[1].workload.args[1] == arg
+    for n, spec in enumerate(specs):
+        text = spec.to_toml()
+        assert tomllib.loads(text) == spec.to_dict(), text
+        path = tmp_path / f"spec{n}.toml"
+        path.write_text(text)
+        assert load_spec(path).to_dict() == spec.to_dict(), text
+    assert tomllib.loads(specs[0].to_toml())["resources"]["slurm_extra"] == {"hint": "nomultithread", "comment": "a,b:c"}
+    old = tmp_path / "old.toml"
+    old.write_text('[resources]\nslurm_extra = {"hint" = "nomultithread"}\nsetup = ["module load x"]\n')
+    assert load_spec(old).resources.slurm_extra == {"hint": "nomultithread"}
+
+
 def test_job_files_shipped_in_jobs_all_load():
     files = sorted((REPO / "jobs").rglob("*.toml"))
     assert len(files) >= 10  # demo, 2-node, eight ladder rungs

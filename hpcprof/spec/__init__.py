@@ -54,7 +54,7 @@ from .schema import (
 )
 from .errors import SpecError
 from .load import apply_values, load_spec, read_spec_toml, set_value, spec_from_dict
-from .toml import coerce_value, read_toml, to_toml
+from .toml import coerce_value, read_toml
 
 __all__ = [
     "AMP_MODES", "ARCHS", "CLUSTERS", "DATA_SOURCES", "FLAG_ALIASES", "RUN_NAME_RE", "SECTIONS",
@@ -62,5 +62,5 @@ __all__ = [
     "add_field_argument", "add_resource_arguments", "add_spec_arguments", "apply_values", "builtin_only", "choices",
     "coerce_value", "field_docs", "field_of_flag", "flag_of", "iter_fields", "load_spec", "override_argv",
     "override_items", "overrides_from_args", "read_spec_toml", "read_toml", "resources_from_args",
-    "set_value", "spec_from_args", "spec_from_dict", "split_passthrough", "to_toml", "validate_run_name",
+    "set_value", "spec_from_args", "spec_from_dict", "split_passthrough", "validate_run_name",
 ]

@@ -20,11 +20,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import tomli_w
+
 from .resources import SlurmResources
 from .builtin import BUILTIN_SECTIONS, Data, Model, builtin_only
 from .checks import spec_warnings, traced_epoch_boundaries, validate_spec
 from .drills import Drills
-from .toml import to_toml
 
 Cluster = Literal["auto", "slurm", "local", "debug"]
 ProfilerMode = Literal["schedule", "triggered"]
@@ -226,8 +227,9 @@ class JobSpec:
         return d
 
     def to_toml(self) -> str:
-        """The spec as a TOML job file (what ``spec.toml`` in a run directory holds)."""
-        return to_toml(self.to_dict())
+        """The spec as a TOML job file (what ``spec.toml`` in a run directory holds): each section a
+        table, resources.slurm_extra a sub-table; :func:`.load.read_spec_toml` reads back the same spec."""
+        return tomli_w.dumps(self.to_dict())
 
     @property
     def world_size(self) -> int:

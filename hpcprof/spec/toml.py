@@ -1,14 +1,12 @@
-"""The job spec's values as TOML: reading a job file (errors name the file), coercing each value to
-its field's type (TOML, flags and ``--set`` go through the same :func:`coerce_value`), and writing a
-spec back (``spec.toml`` in every run directory).
+"""The job spec's values as TOML: reading a job file (errors name the file) and coercing each value to
+its field's type (TOML, flags and ``--set`` go through the same :func:`coerce_value`). A spec is
+written back (``spec.toml`` in every run directory) by :meth:`JobSpec.to_toml`, with tomli-w.
 
-No spec class is imported here (the schema uses the writer); :mod:`.load` applies what is read to a
-:class:`JobSpec`.
+No spec class is imported here; :mod:`.load` applies what is read to a :class:`JobSpec`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -80,29 +78,3 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"job file {str(path)!r} cannot be read: {exc}") from None
-
-
-def to_toml(data: dict[str, Any]) -> str:
-    """Minimal TOML writer for the spec's value types (str, int, float, bool, list[str], dict): the
-    top-level keys whose value is a dict are written as tables (the spec's sections), after the
-    others; a dict inside a table is an inline table (resources.slurm_extra)."""
-
-    def fmt(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, str):
-            return json.dumps(v)
-        if isinstance(v, list):
-            return "[" + ", ".join(fmt(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{json.dumps(str(k))} = {fmt(x)}" for k, x in v.items()) + "}"
-        raise TypeError(f"cannot write {v!r} as TOML")
-
-    lines = [f"{k} = {fmt(v)}" for k, v in data.items() if not isinstance(v, dict)]
-    for section, table in data.items():
-        if isinstance(table, dict):
-            lines.append(f"\n[{section}]")
-            lines += [f"{k} = {fmt(v)}" for k, v in table.items()]
-    return "\n".join(lines) + "\n"

@@ -87,14 +87,16 @@ def test_the_reports_raw_summary_has_no_scientific_notation_and_parses_back_to_t
 
 
 def test_the_reports_raw_summary_text_is_json_dumps_where_no_float_has_an_exponent():
-    """json_text's fast paths (exact str, float, int, bool, None) write what json.dumps writes, and
-    subclasses (IntEnum) and other objects go the general way."""
+    """Every value json_text does not write itself (str, int, bool, None, an IntEnum, other objects by
+    str) is json.dumps' text, and its floats too where none needs an exponent, numpy's included."""
     import enum
+
+    import numpy as np
 
     class Level(enum.IntEnum):
         HIGH = 3
 
     s = {"text": 'ünï "quoted"\n<tag>', "n": 2**70, "neg": -7, "f": [1.5, -0.0, 123456.789, 0.1], "flags": [True, False, None],
          "tuple": (1, "a"), "keys": {1: 2, "x": {}}, "ints": [5, 0],
-         "enum": Level.HIGH, "other": Path("/a/b")}
+         "enum": Level.HIGH, "other": Path("/a/b"), "np": [np.float64(0.25), np.int64(4)]}
     assert json_text(s) == json.dumps(s, indent=1, default=str)

@@ -94,29 +94,22 @@ def num(v, col: str = "") -> str:
 
 
 def _json_float(v: float) -> str:
+    """A float as JSON without an exponent: float.__repr__'s digits, as json.dumps takes them (the
+    shortest that parse back to the same float; numpy's own repr of a np.float64 is not JSON), in
+    positional notation; NaN and infinities as json.dumps writes them."""
     if math.isnan(v) or math.isinf(v):
-        return json.dumps(v)  # NaN / Infinity, as json.dumps writes them
-    r = repr(v)
+        return json.dumps(v)
+    r = float.__repr__(v)
     return np.format_float_positional(v, trim="0") if "e" in r else r
-
-
-_json_str = json.encoder.encode_basestring_ascii
-"""json.dumps of a str (its default ensure_ascii=True)."""
 
 
 def json_text(o, indent: int = 1, _depth: int = 0) -> str:
     """`json.dumps(o, indent=indent, default=str)` with every float in positional notation
     (0.0000234375, not 2.34375e-05): the report shows summary.json to people; it still parses as
-    the same JSON (`json.loads` gives back the same values)."""
-    t = type(o)  # the plain types first, each as json.dumps writes it (most of a summary's values)
-    if t is str:
-        return _json_str(o)
-    if t is float:
+    the same JSON (`json.loads` gives back the same values). Floats, dicts, lists and tuples are
+    written here; every other value is json.dumps' own text of it."""
+    if isinstance(o, float):
         return _json_float(o)
-    if t is int:
-        return int.__repr__(o)
-    if o is None or t is bool:
-        return "null" if o is None else "true" if o else "false"
     pad, inner = " " * indent * _depth, " " * indent * (_depth + 1)
     if isinstance(o, dict):
         if not o:
@@ -128,11 +121,7 @@ def json_text(o, indent: int = 1, _depth: int = 0) -> str:
         if not o:
             return "[]"
         return "[\n" + ",\n".join(inner + json_text(v, indent, _depth + 1) for v in o) + "\n" + pad + "]"
-    if isinstance(o, float):
-        return _json_float(o)
-    if o is None or isinstance(o, (str, bool, int)):
-        return json.dumps(o)
-    return json.dumps(str(o))
+    return json.dumps(o, default=str)
 
 
 _TEMPLATE = re.compile(r"<[^<>]*>")

@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 
 from ..ranks.categories import CAUSE_CATEGORIES
-from .medians import nanmedian0
 from .step_graph import StepGraph
 
 CAUSE_MIN_SHARE = 0.5
@@ -150,8 +149,9 @@ def window_excesses(g: StepGraph, clock: tuple | None) -> np.ndarray | None:
         others = g.member.copy()
         others[last, np.arange(K)] = False
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a collective without other members: skipped below
-            med = nanmedian0(np.where(others[..., None], win, np.nan).reshape(R, K * ncat)).reshape(K, ncat)
+            # a collective without other members (skipped below) or a category no other member has: NaN
+            warnings.filterwarnings("ignore", "All-NaN slice", RuntimeWarning)
+            med = np.nanmedian(np.where(others[..., None], win, np.nan).reshape(R, K * ncat), axis=0).reshape(K, ncat)
         diff = np.nan_to_num(win[last, np.arange(K)] - med)
         for k, s in enumerate(last.tolist()):
             if others[:, k].any():
@@ -159,7 +159,7 @@ def window_excesses(g: StepGraph, clock: tuple | None) -> np.ndarray | None:
     s = int(np.argmax(g.end))
     if R > 1:
         tail = s1 - start(g.last_k[:, None], np.array([prev_late.get(s, -1)]))[:, 0]
-        out[s] += np.nan_to_num(tail[s] - nanmedian0(np.delete(tail, s, axis=0)))
+        out[s] += np.nan_to_num(tail[s] - np.nanmedian(np.delete(tail, s, axis=0), axis=0))
     return out
 
 

@@ -48,7 +48,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .medians import nanmedian0
 
 
 @dataclass
@@ -140,8 +139,8 @@ def build_graphs(m: pd.DataFrame, steps: pd.DataFrame, offsets: dict) -> list[St
         tail = stop - np.where(last_k >= 0, end[np.arange(R), np.maximum(last_k, 0)] if K else start, start)
         last_arr = np.nanmax(arr, axis=0) if K else np.empty(0)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            transfer = nanmedian0(end - last_arr[None, :]) if K else np.empty(0)
+            warnings.filterwarnings("ignore", "All-NaN slice", RuntimeWarning)  # a collective without an end on any rank: NaN
+            transfer = np.nanmedian(end - last_arr[None, :], axis=0) if K else np.empty(0)
         out.append(StepGraph(int(step), ranks, start, stop, member, seg, transfer, tail, arr, keys, prev, last_k, end))
     return out
 
@@ -346,7 +345,7 @@ def scenarios(g: StepGraph) -> tuple[ScenarioSegments, np.ndarray]:
     idx = np.arange(R)
     tail[1 + idx, idx] = to
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        ma = nanmedian0(np.where(g.member, g.seg, np.nan)) if K else np.empty(0)
+        warnings.filterwarnings("ignore", "All-NaN slice", RuntimeWarning)  # a collective without a segment on any rank: NaN
+        ma = np.nanmedian(np.where(g.member, g.seg, np.nan), axis=0) if K else np.empty(0)
     tail[-1] = np.median(g.tail)
     return ScenarioSegments(g.seg, np.where(g.member, mo, np.nan), np.where(g.member, ma[None, :], np.nan)), tail
