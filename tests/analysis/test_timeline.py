@@ -98,53 +98,61 @@ def test_dlrm_timeline_one_process_per_rank_every_kernel_of_the_step(tmp_path, p
     assert s["clock_alignment"]["hosts"] and doc["hpcprof"]["clock_alignment"] == s["clock_alignment"]
 
 
-def test_timeline_file_is_one_gzip_member(tmp_path, parse_cache, monkeypatch):
-    """The file is written as a stream of blocks deflated on threads (64 kB blocks here: dozens of
-    them); Perfetto reads only the first member of a multi-member gzip (google/perfetto#872), so the
-    whole document must be ONE member."""
+def _members(raw: bytes) -> list[bytes]:
+    """The texts of the gzip members in `raw`, one by one (gzip.decompress joins them silently)."""
     import zlib
 
-    from hpcprof.analysis.outputs.timeline import gzip_stream
+    out = []
+    while raw:
+        d = zlib.decompressobj(31)  # gzip wrapper
+        out.append(d.decompress(raw) + d.flush())
+        assert d.eof
+        raw = d.unused_data
+    return out
 
-    monkeypatch.setattr(gzip_stream, "BLOCK", 1 << 16)
 
+def test_timeline_file_is_one_gzip_member(tmp_path, parse_cache):
+    """Perfetto reads only the first member of a multi-member gzip (google/perfetto#872), so the
+    whole document must be ONE member: the file of a real analysis, parsed member by member."""
     analyze(require(DLRM), out=tmp_path / "an", progress=False, cache_dir=parse_cache)
-    raw = (tmp_path / "an" / "timeline.pt.trace.json.gz").read_bytes()
-    d = zlib.decompressobj(31)  # gzip wrapper
-    first = d.decompress(raw) + d.flush()
-    assert d.eof and d.unused_data == b""  # nothing after the first member
-    assert len(first) > 20 * (1 << 16) and json.loads(first)["traceEvents"]
+    members = _members((tmp_path / "an" / "timeline.pt.trace.json.gz").read_bytes())
+    assert len(members) == 1 and json.loads(members[0])["traceEvents"]
 
 
 @pytest.mark.parametrize("isal", ["1", "0"])
-def test_gzip_stream_writes_one_member_of_the_exact_text(tmp_path, monkeypatch, isal):
-    """GzipStream with ISA-L (where installed) and with zlib (HPCPROF_ISAL=0): the text read back by
-    Python's gzip module and by a one-member zlib reader is the text written, byte for byte, with
-    the CRC and size of the gzip trailer checked, over dozens of blocks, uneven writes and an empty
-    write. Which deflate library was used is asserted, so the ISA-L path cannot silently go unused."""
+def test_timeline_gzip_writer_is_one_member_of_the_exact_text(tmp_path, monkeypatch, isal):
+    """The writer of the timeline's file, against the library it uses: python-isal's threaded writer
+    where installed (several threads, the text many times its block size) and Python's gzip
+    (HPCPROF_ISAL=0) each write ONE gzip member holding the text written, byte for byte (CRC and size
+    of the trailer checked by the readers), its header without a time or a name; which writer was
+    used is asserted, so the ISA-L path cannot silently go unused. A failed write leaves no file."""
     import random
-    import zlib
 
-    from hpcprof.analysis.outputs.timeline.gzip_stream import GzipStream
+    from hpcprof.analysis.outputs.timeline.gzip_out import gzip_out
 
     monkeypatch.setenv("HPCPROF_ISAL", isal)
     rng = random.Random(7)
-    words = [f'{{"name": "kernel_{i}", "ts": {i * 1.5:.3f}}}' for i in range(300)]
-    parts = ["".join(rng.choice(words) for _ in range(rng.randint(0, 400))) for _ in range(200)] + [""]
+    words = [f'{{"name": "kernel_{i}", "ts": {i * 1.5:.3f}}},'.encode() for i in range(300)]
+    parts = [b"".join(rng.choice(words) for _ in range(rng.randint(0, 4000))) for _ in range(200)] + [b""]
     path = tmp_path / "t.json.gz"
-    with GzipStream(path, block=1 << 14, threads=3) as gz:
+    with gzip_out(path) as gz:
         for p in parts:
-            gz.write(p)
+            gz.write(memoryview(p))
     if isal == "1" and importlib.util.find_spec("isal") is not None:
-        assert gz.lib.__name__ == "isal.isal_zlib"
+        assert type(gz).__module__ == "isal.igzip_threaded"
     else:
-        assert gz.lib is zlib
-    text = "".join(parts).encode()
+        assert isinstance(gz, gzip.GzipFile)
+    text = b"".join(parts)
+    assert len(text) > 8 << 20  # many blocks of the threaded writer
     raw = path.read_bytes()
-    assert gzip.decompress(raw) == text
-    d = zlib.decompressobj(31)
-    assert d.decompress(raw) + d.flush() == text and d.eof and d.unused_data == b""
+    assert gzip.decompress(raw) == text and _members(raw) == [text]
+    assert raw[3] == 0 and raw[4:8] == bytes(4)  # no name or other flag, mtime 0
     assert not (tmp_path / "t.json.gz.tmp").exists()
+
+    with pytest.raises(RuntimeError), gzip_out(tmp_path / "failed.json.gz") as gz:
+        gz.write(text[: 3 << 20])
+        raise RuntimeError("disk full")
+    assert not list(tmp_path.glob("failed*"))
 
 
 def test_clock_skew_is_recovered_and_leaves_the_verdict(dlrm_two_hosts, tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ..reduce.crossrank import Reduced
@@ -52,67 +51,6 @@ def _parquet_ready(df: pd.DataFrame) -> pd.DataFrame:
     return d
 
 
-CSV_CHUNK_CELLS = 100_000
-"""Fields made into text at a time by write_csv (as pandas' to_csv: 100,000 // columns rows)."""
-
-
-def write_csv(df: pd.DataFrame, path: Path) -> None:
-    """`df.to_csv(path, index=False)`, byte for byte: each column's text as pandas makes it, the rows
-    joined here rather than by the csv module (whose writer was most of the cost of writing the
-    tables); pandas writes what this does not cover (`_csv_cells`)."""
-    head = _quoted([str(c) for c in df.columns])
-    if head is None or not len(df) or len(head) < 2 or df.columns.has_duplicates or not all(map(_csv_type, df.dtypes)):
-        df.to_csv(path, index=False)
-        return
-    cols = [(s.to_numpy(), s.dtype) for s in map(df.__getitem__, df.columns)]
-    step = max(1, CSV_CHUNK_CELLS // len(cols))
-    with open(path, "wb") as fh:
-        fh.write((",".join(head) + "\n").encode())
-        for lo in range(0, len(df), step):
-            cells = [_csv_cells(v[lo: lo + step], t) for v, t in cols]
-            if any(c is None for c in cells):
-                break
-            fh.write(("\n".join(map(",".join, zip(*cells))) + "\n").encode())
-        else:
-            return
-    df.to_csv(path, index=False)  # text this does not write (over what was written)
-
-
-def _csv_type(dtype) -> bool:
-    """Whether _csv_cells writes columns of this type: numpy's floats, ints and bools, and text."""
-    return (isinstance(dtype, np.dtype) and dtype.kind in "fiubO") or isinstance(dtype, pd.StringDtype)
-
-
-def _csv_cells(v: np.ndarray, dtype) -> list[str] | None:
-    """A column's fields (`v`: its values, of type `dtype`) as pandas.DataFrame.to_csv writes them
-    (pandas.core.indexes.base get_values_for_csv, then the csv module's minimal quoting), or None
-    where that is not reproduced here: objects other than text and missing values, text with a line
-    break (its type: _csv_type)."""
-    kind = dtype.kind
-    if isinstance(dtype, np.dtype) and kind in "fiub":
-        text = v.astype(str)  # floats: numpy's shortest repr, as pandas writes them
-        if kind == "f":
-            text[np.isnan(v)] = ""
-        return text.tolist()
-    v = np.where(pd.isna(v), "", v) if v.dtype == object else v.astype(object)
-    return _quoted(v.tolist())
-
-
-def _quoted(text: list) -> list[str] | None:
-    """Text fields as the csv module's QUOTE_MINIMAL writes them (a field with a comma or a quote in
-    quotes, its quotes doubled); None where one is not text or holds a line break (quoted by rules
-    that differ between Python versions)."""
-    try:
-        joined = "\x00".join(text)
-    except TypeError:
-        return None
-    if "\n" in joined or "\r" in joined:
-        return None
-    if "," not in joined and '"' not in joined:
-        return text
-    return [('"' + t.replace('"', '""') + '"') if ("," in t or '"' in t) else t for t in text]
-
-
 def write_table(df, tables: Path, name: str) -> None:
     """<name>.csv and <name>.parquet (object columns as strings: Parquet needs one type per column).
     `df` may be a reduce.views.RankParts: written a few ranks at a time (the same two files)."""
@@ -120,7 +58,7 @@ def write_table(df, tables: Path, name: str) -> None:
 
     if isinstance(df, RankParts):
         return _write_parts(df, tables, name)
-    write_csv(csv_frame(name, df), tables / f"{name}.csv")  # for people: units in names, rounded
+    csv_frame(name, df).to_csv(tables / f"{name}.csv", index=False)  # for people: units in names, rounded
     _parquet_ready(df).to_parquet(tables / f"{name}.parquet", index=False)
 
 

@@ -5,5 +5,5 @@
 - render.py: one rank's events as JSON text (the window of the chosen steps, the lanes' labels);
 - budget.py: the size budget (which kinds of event are dropped first when the file would be too big);
 - critical_lane.py: the critical path as a lane of its own;
-- gzip_stream.py: the .json.gz, one gzip member deflated on threads (ISA-L, zlib where missing).
+- gzip_out.py: the .json.gz, one gzip member (python-isal's threaded writer, Python's gzip where missing).
 """

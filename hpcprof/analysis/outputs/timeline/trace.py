@@ -21,10 +21,10 @@ One decode per rank, one rank at a time: each rank's events come from its piece,
 task from the trace it decoded anyway (ranks/timeline_piece.py) and cached with the rest of its
 result. The parent reads the pieces twice, one rank at a time: once to count what the chosen steps
 select (per kind, and the distinct durations of the kinds the budget may cut), once to write; the
-file is a stream (gzip_stream.py). Memory: one rank's piece, never all ranks' events. What a rank
-freed goes back to the system after it (render_rank): kept instead, it saved 33,000 page faults at 16
-ranks but the parent's peak grew 7 MB (fragmentation); the stream's block buffers are kept from rank
-to rank.
+file is a gzip stream (gzip_out.py: one member, deflated on threads by python-isal where installed).
+Memory: one rank's piece, never all ranks' events. What a rank freed goes back to the system after it
+(render_rank): kept instead, it saved 33,000 page faults at 16 ranks but the parent's peak grew 7 MB
+(fragmentation).
 
 Size budget (budget.py): at most `max_events` events. Above it, whole kinds of low value are dropped first
 (DROP_ORDER: flows, Python functions, short CPU ops, runtime calls, instant events, long CPU ops),
@@ -45,7 +45,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import IO, Callable, Sequence
 
 import msgspec
 import numpy as np
@@ -53,10 +53,10 @@ import pandas as pd
 
 from ...progress import rank_bar
 from ...reduce.clocks import ClockAlignment
-from .gzip_stream import GzipStream
 from ..layout import TIMELINE_FILE
 from ..rounding import round_summary
 from .budget import DROP_ORDER, Counts
+from .gzip_out import gzip_out
 from .render import ANNOT_TID, SELECT_COLUMNS, RankLabel, keep_rows, read_piece, render_rank, window_rows
 
 FILE_NAME = TIMELINE_FILE
@@ -195,7 +195,7 @@ def _groups(late: pd.DataFrame):
 class _Elements:
     """The traceEvents array as a stream: chunks of JSON objects each followed by a comma."""
 
-    def __init__(self, out: GzipStream):
+    def __init__(self, out: IO[bytes]):
         self.out, self.first = out, True
 
     def add(self, chunk: bytes | memoryview) -> None:
@@ -285,7 +285,7 @@ def write_timeline(
 
     path = Path(out_dir) / FILE_NAME
     kept = 0
-    with GzipStream(path) as gz:
+    with gzip_out(path) as gz:
         gz.write(b'{"traceEvents":[')
         arr = _Elements(gz)
         for r in tqdm(have, desc="hpcprof: merged timeline", unit="rank", disable=not progress, file=sys.stderr):
