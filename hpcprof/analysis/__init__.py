@@ -16,8 +16,8 @@ The folders follow the data flow:
 import os as _os
 
 # Arrow allocates with the C library's allocator: its own (mimalloc) keeps what it freed, and pandas'
-# string columns and the Parquet writes and reads allocate through Arrow. 16 ranks x 20.5 MB: each
-# map worker's peak 260 -> 208 MB, the parent's 235 -> 182, at the same CPU time. Read once, when
+# string columns and the Parquet writes and reads allocate through Arrow: the map workers' and the
+# parent's peaks are lower at the same CPU time (benchmarks/README.md, runs 5-7). Read once, when
 # pyarrow is first imported (a process that imported it already keeps its pool); a pool the user
 # chose is kept. Set in the environment, so the SLURM array's tasks get it too.
 _os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")

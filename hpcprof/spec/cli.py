@@ -59,7 +59,7 @@ def flag_of(dotted: str) -> str:
 
 def _dotted_names() -> Iterator[str]:
     """The dotted name of every spec field, in schema order: the top-level fields, then each
-    section's. No docstrings: they are read from the source (45 ms), which the flag table below,
+    section's. No docstrings: they are read from the source (slow), which the flag table below,
     built at the start of every command, does not need."""
     for f in fields(JobSpec):
         if f.name not in SECTIONS:

@@ -107,7 +107,7 @@ class _Columns:
     def _join(pieces: list, object_dtype: bool) -> pd.Series:
         """The column `_column` (or pd.Series(dtype=object)) would build from all values at once.
         Series of the arrays joined here are made with copy=False (pandas 3 copies an array given
-        to Series otherwise: 0.5 ms an object column of a 20 MB rank)."""
+        to Series otherwise)."""
         if not pieces:
             return pd.Series([], dtype=object if object_dtype else None)
         is_int = [isinstance(p, np.ndarray) and p.dtype == np.int64 for p in pieces]
@@ -149,12 +149,12 @@ class _Columns:
         for name, _key in OWN_ARGS:
             cols[name] = self._join(self.args.pop(name), True)
         cols["has_args"] = pd.Series(np.concatenate(self.has_args) if self.has_args else np.empty(0, dtype=bool), dtype=bool, copy=False)
-        return pd.DataFrame(cols, copy=False)  # the columns as they are, not stacked into 2-D blocks (7 ms)
+        return pd.DataFrame(cols, copy=False)  # the columns as they are, not stacked into 2-D blocks
 
 
 def _all_missing(col: pd.Series) -> bool:
-    """col.isna().all(), decided by the first value where that one is not missing (a column of
-    texts or objects: 2 ms a column of a 20 MB rank for the whole isna)."""
+    """col.isna().all(), decided by the first value where that one is not missing (the whole isna
+    of a column of texts or objects is slow)."""
     if len(col) and pd.api.types.is_scalar(first := col.iloc[0]) and not pd.isna(first):
         return False
     return bool(col.isna().all())
@@ -164,11 +164,11 @@ def _texts(values: np.ndarray) -> pd.Series:
     """pd.Series(values.tolist()): the dtype pandas infers from the values; built from the distinct
     values where they are all texts (or missing): the text column is made from the few distinct
     texts and their codes, not from one Python string per event. Values that are not all texts
-    (infer_dtype stops at the first other one) are not factorized: pid and tid, ints and texts,
-    3 ms each of a 20 MB rank. Values of mixed types ("mixed", "mixed-integer": ints and texts,
+    (infer_dtype stops at the first other one) are not factorized: pid and tid, ints and texts.
+    Values of mixed types ("mixed", "mixed-integer": ints and texts,
     lists) become an object column as they are: pandas infers object for every such mix of JSON
-    values (tests/analysis/test_event_columns.py), and the list of every value and the inference
-    over it cost about 1.5 ms a column (pid, tid, Input Dims, Input type) of a 20 MB rank."""
+    values (tests/analysis/test_event_columns.py), without the list of every value and the
+    inference over it."""
     kind = pd.api.types.infer_dtype(values, skipna=True)
     if kind in ("mixed", "mixed-integer"):
         return pd.Series(values, dtype=object, copy=False)

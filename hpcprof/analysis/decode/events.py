@@ -173,7 +173,7 @@ def loose_events(items: list) -> tuple[list, int]:
 DROPPED_KEYS = ("id", "bp", "s")
 # kept as the Python objects they are (no type inferred): only compared with literals (HTA drops
 # it too); stored as a pandas Categorical (`categories`), so that each comparison tests the few
-# distinct values, not every row (six such tests a rank were about 35 ms on a 20 MB trace)
+# distinct values, not every row
 OBJECT_KEYS = ("ph",)
 
 

@@ -8,7 +8,7 @@ table `events.event_table` already decoded for our timeline: the same rows (even
 is named after the HTA function it replaces. `add_fwd_bwd_links` and the alignment of the trace are
 HTA's own functions called on our frame; `transform_correlation_to_index` and the filter of
 `align_and_filter_trace` are redone as one vectorised pass each (`_correlation_to_index`,
-`_traced_events`: 15 of their 17 ms on a 20 MB rank were pandas merges, label lookups and copies),
+`_traced_events`: most of their time was pandas merges, label lookups and copies),
 which hand the frames they do not assume back to HTA's functions. tests/analysis/test_fast_loader.py
 checks the frame column by column (values and dtypes) against HTA's own loader on the real traces
 of tests/data; tests/analysis/test_hta_frame_steps.py checks each redone step against HTA's on
@@ -100,8 +100,7 @@ def _normalize_stream(col: pd.Series) -> pd.Series:
 def _compress(df: pd.DataFrame):
     """hta.common.trace_parser._compress_df for HTA's default parser config. The kept rows' cat and
     name become symbol ids before the rows are taken (`_coded_symbols`: no take of the text
-    columns), and the integer columns are downcast by their range (`_downcast`); 16 -> 7 ms of a
-    20 MB rank."""
+    columns), and the integer columns are downcast by their range (`_downcast`)."""
     from hta.common.trace_symbol_table import TraceSymbolTable
 
     keep = df["dur"].notna() & df["cat"].notna()
@@ -162,7 +161,7 @@ def _coded_symbols(df: pd.DataFrame, keep: np.ndarray, table) -> bool:
 def _downcast(col: pd.Series) -> pd.Series:
     """pd.to_numeric(col, downcast="integer") of an integer column: the smallest of int8, int16,
     int32 (narrower than col's) that holds its range, else col; what to_numeric's trial casts and
-    np.allclose checks decide (0.7 ms a column of a 20 MB rank), from the minimum and maximum."""
+    np.allclose checks decide, from the minimum and maximum."""
     v = col.to_numpy()
     if not v.size:
         return col.astype(np.int8)
@@ -177,8 +176,8 @@ def _downcast(col: pd.Series) -> pd.Series:
 
 
 def _correlation_to_index(df: pd.DataFrame, symbols) -> pd.DataFrame:
-    """hta.common.trace.transform_correlation_to_index, without its merge and label lookups (7 -> 2 ms
-    of a 20 MB rank): index_correlation is min(correlation, 0), except that each CPU event (HTA's
+    """hta.common.trace.transform_correlation_to_index, without its merge and label lookups:
+    index_correlation is min(correlation, 0), except that each CPU event (HTA's
     CPUOperatorFilter) whose correlation (not -1) some GPU kernel (GPUKernelFilter) has takes the
     index of the last such kernel, and each such kernel the index of the last such CPU event (the
     last of the merge's assignments wins). HTA's own function where the frame's labels are not its
@@ -228,7 +227,7 @@ def _last_with(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 def _traced_events(df: pd.DataFrame, symbols) -> pd.DataFrame | None:
     """The frame that Trace._filter_irrelevant_gpu_kernels(include_last_profiler_step=False) leaves
-    of one rank's aligned frame, as one take of rows (7 -> 2 ms of a 20 MB rank; HTA takes the CPU
+    of one rank's aligned frame, as one take of rows (HTA takes the CPU
     events and the kernels apart, merges and concatenates them; the labels differ, and hta_trace
     sets them from `index` as after HTA's): the kernels (and sync events) whose correlation some
     CPU event that starts before the last ProfilerStep has, each once per such CPU event and in

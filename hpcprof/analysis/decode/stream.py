@@ -1,9 +1,9 @@
 """Streaming decode of large traces: the event table without the whole file or its records in memory.
 
 Why: `read_trace` holds the file's bytes and one record per event, and `event_table` then builds
-the columns, so a 1 GB rank peaked at 8.3 GB (HTA: 7.2 GB). Here the file is read in blocks; a
-vectorised scan of each block (numpy: quotes, escapes, brackets, commas outside strings) finds where
-the elements of `traceEvents` end; each run of complete elements is decoded by the same typed
+the columns, so a 1 GB rank peaked at several times its size (benchmarks/README.md). Here the file
+is read in blocks; a vectorised scan of each block (numpy: quotes, escapes, brackets, commas outside
+strings) finds where the elements of `traceEvents` end; each run of complete elements is decoded by the same typed
 msgspec decoder as `decode()` and turned at once into compact columns (numbers as int64/float64
 arrays, text with one object per distinct value), and its records are freed. The columns are then
 joined with the dtype rules of `event_table`, so the table is the same as `event_table(read_trace())`
@@ -12,8 +12,8 @@ joined with the dtype rules of `event_table`, so the table is the same as `event
 Used by `read_event_table` for files larger than STREAM_MIN_BYTES (uncompressed, estimated). Smaller
 ones are read whole and decoded in blocks by `split_table` (no byte-by-byte scan: a guessed block end
 that the decoder confirms), with the same columns, so the records of one block at a time are alive,
-not those of the whole file (rank000 of a 16 x 20.5 MB set: decode peak 225 MB instead of 277, CPU
-0.21 s instead of 0.28 in a fresh process). Bad input raises the same TraceError messages (such text, and any block
+not those of the whole file (a lower decode peak at less CPU than one decode of the whole text).
+Bad input raises the same TraceError messages (such text, and any block
 whose end cannot be confirmed, is decoded whole by decode.events.decode).
 """
 
@@ -181,8 +181,8 @@ def stream_table(fh, block: int = BLOCK, limit: int | None = None) -> tuple[dict
 
 
 SPLIT_BLOCK = 1 << 20
-"""Bytes of JSON decoded at a time by `split_table` with msgspec (measured on a 20.5 MB rank: 1 MB
-keeps the records of one block small against the table, and is as fast as larger blocks)."""
+"""Bytes of JSON decoded at a time by `split_table` with msgspec: the records of one block stay small
+against the table, and larger blocks decode no faster."""
 _CUT = b"},"
 
 

@@ -86,7 +86,7 @@ def map_local(files: list[Path], cache_dir: Path, use_cache: bool, workers: int,
     results: list[RankResult] = []
     bar = tqdm(total=len(files), desc="hpcprof: parsing traces", unit="rank", disable=not progress, file=sys.stderr)
     # the parent maps ranks too: one process fewer holding pandas, pyarrow and HTA during the map
-    # (16 ranks x 20.5 MB, 2 map processes: peak tree RSS 523 -> 437 MB at the same CPU time). What
+    # (a lower peak tree RSS at the same CPU time: benchmarks/README.md, runs 5-7). What
     # a rank's decode freed stays with the process (kept by the allocator) and the chart process
     # forked later counts it again, but the tree's peak stays in the map
     try:
@@ -148,7 +148,7 @@ def _map_pool(files: list[Path], cache_dir: Path, use_cache: bool, workers: int,
     ex = None
     if workers > 1:
         if _parses(files, cache_dir, use_cache, digests):
-            preload()  # before the fork: the workers inherit it (about 55 ms less in each one's first rank)
+            preload()  # before the fork: the workers inherit it (their first rank does not import it again)
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
         ex = WorkerPool(max_workers=workers - 1, mp_context=ctx, initializer=worker_init)
     try:
@@ -191,7 +191,7 @@ def _parses(files: list[Path], cache_dir: Path, use_cache: bool, digests: dict |
 def _give_back_freed_memory() -> None:
     """Return to the system the heap memory the parent's own ranks freed (glibc ``malloc_trim``;
     elsewhere nothing): the chart process forked next would count it again. Once, after the map
-    (after every rank it cost page faults again at the next rank: +0.4 CPU-s on 16 ranks)."""
+    (after every rank, the next rank paid page faults to take the memory back)."""
     try:
         import ctypes
 

@@ -2,8 +2,9 @@
 
 HTA's temporal breakdown, kernel-type breakdown, idle-time breakdown and kernel-launch statistics
 (hta.analyzers.breakdown_analysis, cuda_kernel_analysis) are written as chains of pandas
-operations: a copy, a sort, a groupby and a merge per kernel type and per stream. On a 20 MB rank
-they took 50 of the 88 ms HTA's part of the map costs. The functions here compute the same
+operations: a copy, a sort, a groupby and a merge per kernel type and per stream, each classifying
+every GPU event again: many times the CPU time of the rest of HTA's part of a rank
+(benchmarks/hta_analyzers.py, benchmarks/README.md). The functions here compute the same
 numbers on the columns of HTA's own per-rank frame (`Trace.get_trace(rank)`), with the same
 operations where the result depends on them:
 
@@ -216,8 +217,7 @@ def launch_stats(df: pd.DataFrame, sym_ids: dict) -> pd.DataFrame | None:
 class _Marks:
     """np.isin and counts of distinct values for values from `universe`, by marking a table of its
     range where those are ints spanning at most about 32 per value (correlation ids: 1e6 for the
-    59,000 events of a 20 MB rank), not by sorting (launch_stats 4.8 -> 1.5 ms there); np.isin and
-    np.unique otherwise."""
+    events of a rank), not by sorting; np.isin and np.unique otherwise."""
 
     def __init__(self, universe: np.ndarray):
         self.lo = self.span = None
@@ -247,8 +247,7 @@ def kernel_stats(name: pd.Series, dur: pd.Series, coded: tuple | None = None) ->
     `coded` (codes, texts): the names as a code per row into `texts` (HTA's symbol ids
     renumbered): where the texts are all str, the rows are grouped on ints ranked in the texts'
     order (the same groups in the same order, the same rows in each), and where the durations
-    are whole numbers, counted, summed and their extremes taken on numpy (`_aggregates`): 1.7 ->
-    0.7 ms for the 6,000 kernels of a 20 MB rank."""
+    are whole numbers, counted, summed and their extremes taken on numpy (`_aggregates`)."""
     texts = coded[1].tolist() if coded is not None else None
     if not texts or not all(type(t) is str for t in texts):
         agg = dur.groupby(name).agg(["count", *STATS])
@@ -305,8 +304,7 @@ def kernels_top(stats: pd.DataFrame, kinds: list[str], num_kernels: int, duratio
     per-name statistics `stats`, with columns kernel_type and rank), joined and sorted by
     kernel_type, name and rank, as get_gpu_kernel_breakdown returns them. Computed on numpy where
     every total is a whole number below 2**53 (`_tops`); else, or where a kernel is named "others",
-    by `top_kernels` per type (a dozen pandas calls each: about 4 of the 5 ms this takes on a 20 MB
-    rank)."""
+    by `top_kernels` per type (a dozen pandas calls each)."""
     got = _tops(stats, kinds, num_kernels, duration_ratio, rank)
     if got is not None:
         return got

@@ -102,7 +102,7 @@ def _gc_paused():
     """Pause Python's cyclic garbage collector while one rank is decoded and analysed.
 
     Decoding creates about a million objects; the collector would walk all of them again and again
-    as they are allocated (about 60% of the decode time, measured on a 20 MB rank), although the
+    as they are allocated (most of the decode's time), although the
     decoded records hold no reference cycles and are freed by reference counting. It is switched
     back on afterwards, as it was, and then collects whatever cycles pandas or HTA left behind.
     """
@@ -128,7 +128,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     tm = trace_meta(trace_path, meta_keys)
     piece_problem = None
     # the name and category columns factorized once for the piece, the timeline and its comm
-    # kernels (each stage made its own: 5 factorizations of 84,000 texts on a 20 MB rank, now 2)
+    # kernels (each stage made its own before)
     names, cats = (Names.column(table, c, len(table)) for c in ("name", "cat"))
     try:  # the merged timeline's part of this rank (outputs/timeline/trace.py); never costs the rank
         piece, piece_info = timeline_piece(table, names, cats)

@@ -46,7 +46,7 @@ def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS, cats: Names | Non
     operators by host total time plus the `top` by device total time. `ev`: the rank's event table
     (hpcprof's decode: columns ph, cat, name, tid, ts, dur, correlation); `cats`: its category column
     factorized, where the caller has it (the map does: the category tests then run once per distinct
-    category, 1.5 -> 0.1 ms on a 20 MB rank)."""
+    category, not once per event)."""
     cols = ["name", "calls", "host_total_us", "host_self_us", "device_total_us", "device_self_us"]
     if ev.empty or "cat" not in ev:
         return pd.DataFrame(columns=cols)
@@ -86,12 +86,12 @@ def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS, cats: Names | Non
     host_self, dev_total, dev_self = _walk(tid_c[order], w_ts[order], op_pos[order], g_w[order], op_end, dur[op_i])
     names = ev["name"].iloc[op_i]
     # a text column as pandas would infer it from the names' objects (the decode's): taken as it is,
-    # not rebuilt from one Python string per operator (4.2 -> 0.7 ms on a 20 MB rank)
+    # not rebuilt from one Python string per operator
     names = names.reset_index(drop=True) if names.dtype == _TEXT else names.to_numpy(dtype=object)
     df = pd.DataFrame({"name": names, "host_total_us": dur[op_i], "host_self_us": np.clip(host_self, 0, None),
                        "device_total_us": dev_total, "device_self_us": dev_self})
-    # one sum of all columns and one size, not a named aggregation per column (the same sums: 5.1 ->
-    # 1.9 ms on a 20 MB rank); the top operators by a stable sort, as nlargest's keep="first" picks them
+    # one sum of all columns and one size, not a named aggregation per column (the same sums); the
+    # top operators by a stable sort, as nlargest's keep="first" picks them
     g = df.groupby("name")
     agg = g.sum()
     agg.insert(0, "calls", g.size())
@@ -105,7 +105,7 @@ def operator_table(ev: pd.DataFrame, top: int = TOP_OPERATORS, cats: Names | Non
 
 def _thread_codes(tid: pd.Series) -> np.ndarray:
     """Codes of the threads as texts (equal texts, one thread), in order of first appearance: the
-    distinct ids turned into texts, not every row (8 -> 2 ms on a 20 MB rank), where the ids are ints
+    distinct ids turned into texts, not every row, where the ids are ints
     and texts only (a factorization holds 1, 1.0 and True for one value: three texts); else per row."""
     if tid.dtype.kind in "iu" or set(map(type, tid.to_numpy(dtype=object))) <= {str, int}:
         codes, uniq = pd.factorize(tid)  # nothing missing

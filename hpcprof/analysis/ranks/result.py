@@ -93,8 +93,8 @@ def read_rank_tables(parts) -> pd.DataFrame:
     """Many ranks' copies of one table, `parts` an iterable of (rank, Parquet path or None), as one
     frame with a `rank` column (set to the rank, where the table has one), in the order given,
     ranks with no rows left out: what concatenating their `read_table` frames gives, made by
-    concatenating the Arrow tables and converting once (256 ranks x 7 tables: 1.5 -> 0.7 s; the
-    per-file conversion to pandas was most of it). When the ranks' schemas differ (a column all
+    concatenating the Arrow tables and converting once (a conversion to pandas per file was most of
+    the cost at many ranks). When the ranks' schemas differ (a column all
     empty on one rank; pandas' metadata), pandas concatenates the frames, as before: its rules
     decide the type."""
     import pandas as pd

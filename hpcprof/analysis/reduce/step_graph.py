@@ -273,8 +273,8 @@ def _median_others_loop(x: np.ndarray, member: np.ndarray) -> np.ndarray:
 class ScenarioSegments:
     """The segments of the R + 2 scenarios of `scenarios`, without their (S, R, K) array: scenario 0
     is the measured segments, scenario 1 + s the measured ones with rank s's row replaced by `own[s]`,
-    the last one `every` for all ranks. The array was 200 MB per step at 1,024 ranks (the reduce's
-    peak: 1.2 GB); a collective's column of it (`column`) is all the replay reads at a time."""
+    the last one `every` for all ranks. The array grows with the square of the ranks (at 1,024 ranks
+    it was the reduce's peak); a collective's column of it (`column`) is all the replay reads at a time."""
 
     measured: np.ndarray  # (R, K)
     own: np.ndarray  # (R, K): rank s's segments in scenario 1 + s

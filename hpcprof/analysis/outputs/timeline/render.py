@@ -40,8 +40,7 @@ def read_piece(path: str, columns: list[str] | None = None) -> pa.Table:
     cols = columns or COLUMNS
     dict_cols = [c for c in ("cat_json", "name_json", "pid", "tid", "kind") if c in cols]
     # ParquetFile, not read_table: the same table without the datasets layer (a third of the CPU);
-    # on this thread: Arrow's pool cost more CPU than it saved on pieces of a few MB (the 32 reads of
-    # 16 ranks: 0.085-0.155 CPU-s with threads, 0.079-0.108 without)
+    # on this thread: Arrow's pool cost more CPU than it saved on pieces of a few MB
     return pq.ParquetFile(path, read_dictionary=dict_cols).read(columns=cols, use_threads=False)
 
 
@@ -72,8 +71,8 @@ def window_rows(piece: pa.Table, lo: float, hi: float) -> np.ndarray:
 
 def keep_rows(t: pa.Table, mask: np.ndarray) -> pa.Table:
     """The rows of `t` where `mask` holds: `t` itself where it holds everywhere (the chosen steps
-    are all the profiled ones, the budget drops nothing), not a copy of it (at 16 ranks, the two
-    copies were 0.03 CPU-s and a piece's size of the parent's peak)."""
+    are all the profiled ones, the budget drops nothing), not a copy of it (a copy would add a
+    piece's size to the parent's peak)."""
     return t if mask.all() else t.filter(pa.array(mask))
 
 

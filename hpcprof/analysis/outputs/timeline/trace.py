@@ -23,8 +23,7 @@ result. The parent reads the pieces twice, one rank at a time: once to count wha
 select (per kind, and the distinct durations of the kinds the budget may cut), once to write; the
 file is a gzip stream (gzip_out.py: one member, deflated on threads by python-isal where installed).
 Memory: one rank's piece, never all ranks' events. What a rank freed goes back to the system after it
-(render_rank): kept instead, it saved 33,000 page faults at 16 ranks but the parent's peak grew 7 MB
-(fragmentation).
+(render_rank): kept instead, it saved page faults but the parent's peak grew (fragmentation).
 
 Size budget (budget.py): at most `max_events` events. Above it, whole kinds of low value are dropped first
 (DROP_ORDER: flows, Python functions, short CPU ops, runtime calls, instant events, long CPU ops),
