@@ -18,17 +18,16 @@ another stream still holds its memory). The history keeps only the last entries
 memory_viz knows them: a block freed in the history without its ``alloc``, or active at the dump
 and never allocated in the history, was live from the start of the history.
 
-The files are pickles written by the job; a run directory may come from anywhere, so they are read
-with an unpickler that builds plain containers and values only and refuses any class or function
-(:func:`read_snapshot`): no code in a run directory ever runs (issue 37).
+The files are pickles written by the job, read as plain values only (:mod:`.plain_pickle`): no code
+in a run directory ever runs.
 """
 
 from __future__ import annotations
 
-import io
-import pickle
 from pathlib import Path
 from typing import Any
+
+from .plain_pickle import PlainPickleError, load_plain
 
 MEMORY_DIR = "memory"
 SNAPSHOT_TEMPLATE = "rank-{rank}{kind}.pickle"
@@ -43,31 +42,16 @@ class SnapshotError(ValueError):
     """A snapshot file that cannot be read as one (the message names the file)."""
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    """Builds dicts, lists, tuples, strings, numbers, booleans and None; any global is refused."""
-
-    def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(f"refused to load {module}.{name}: a memory snapshot holds plain values only")
-
-
 def snapshot_path(root: str | Path, rank: int, oom: bool = False) -> Path:
     return Path(root) / MEMORY_DIR / SNAPSHOT_TEMPLATE.format(rank=rank, kind=".oom" if oom else "")
 
 
 def read_snapshot(path: str | Path) -> dict[str, Any]:
     """The snapshot in `path`, or SnapshotError naming the file and why."""
-    path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise SnapshotError(f"{path}: {size} bytes, larger than a memory snapshot ({MAX_BYTES} bytes at most)")
-        data = _PlainUnpickler(io.BytesIO(path.read_bytes())).load()
-    except SnapshotError:
-        raise
-    except OSError as exc:
-        raise SnapshotError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except Exception as exc:  # any malformed or hostile pickle
-        raise SnapshotError(f"{path}: not a CUDA memory snapshot ({type(exc).__name__}: {exc})") from None
+        data = load_plain(path, MAX_BYTES, "a CUDA memory snapshot")
+    except PlainPickleError as exc:
+        raise SnapshotError(str(exc)) from None
     if not isinstance(data, dict) or not isinstance(data.get("segments", []), list) \
             or not isinstance(data.get("device_traces", []), list):
         raise SnapshotError(f"{path}: not a CUDA memory snapshot (no segments and device_traces lists)")
