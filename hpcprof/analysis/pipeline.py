@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from ..hta_release import require_hta
 from ..rundir import RunDir, RunDirError, rank_from_name
 from ..rundir import manifest as run_manifest
+from ..rundir.flight_recorder import dump_folder, fr_verdict, read_dumps
 from ..rundir.state import run_state
 from . import cache
 from .decode.hta_frame import fast_path_problem
@@ -213,6 +214,18 @@ def _no_trace_yet(state, run: RunDir) -> str:
             "nothing of it is running, so none will come (the step records stay in steps/)")
 
 
+def _dumps_say(src: Path) -> str:
+    """What the flight-recorder dumps in `src` (or its nccl-flight-recorder/) say about a hang, as the
+    end of the no-trace error: a folder of a hung job's dumps alone still gets the verdict."""
+    for folder in (src, dump_folder(src)):
+        dumps, _ = read_dumps(folder)
+        if dumps:
+            found = fr_verdict(dumps)
+            said = f"the job hung: {found['text']}" if found else "no process group hung"
+            return f"; its flight-recorder dumps ({len(dumps)} rank(s), {folder}) say {said}"
+    return ""
+
+
 def _output_files(out: AnalysisDir) -> list[str]:
     """Every output file written (relative to the output folder); the memo serves the outputs again
     only while all of them are still there."""
@@ -223,7 +236,8 @@ def _output_files(out: AnalysisDir) -> list[str]:
 def _traces(src: Path, ranks: Iterable[int] | None, is_run: bool) -> list[Path]:
     files = discover_traces(src)
     if not files:
-        raise AnalysisError(f"{src}: no trace files (*.json, *.json.gz){' in traces/' if is_run else ''}")
+        raise AnalysisError(f"{src}: no trace files (*.json, *.json.gz){' in traces/' if is_run else ''}"
+                            + _dumps_say(src))
     if ranks is not None:
         # run directories name traces rank-<r>.*: skip the others before parsing anything
         wanted = {int(x) for x in ranks}

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from ..rundir.flight_recorder import FR_PREFIX, dump_folder
+
 
 class DeviceError(RuntimeError):
     """The rank cannot run as asked (GPUs requested but unusable, fewer GPUs than local ranks,
@@ -125,14 +127,15 @@ def nccl_environment(run_root: str | Path, env: dict) -> dict[str, str]:
     - PyTorch's own TORCH_NCCL_ASYNC_ERROR_HANDLING default (3: abort the communicator and tear the
       process down on an error or timeout) is kept: nothing here sets it.
     - The flight recorder: the last 2,000 collectives of each rank, dumped on a timeout into the run
-      directory (``nccl-flight-recorder/rank-<r>``), so a hang leaves the collective each rank was in.
+      directory (``nccl-flight-recorder/rank-<r>``), so a hang leaves the collective each rank was in
+      (read by hpcprof.rundir.flight_recorder).
     - NCCL_DEBUG=WARN: NCCL's own warnings (network, topology) in the rank logs.
     Values the user has set are kept as they are."""
-    folder = Path(run_root) / "nccl-flight-recorder"
+    folder = dump_folder(run_root)
     wanted = {
         "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(folder / "rank-"),
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(folder / FR_PREFIX),
         "NCCL_DEBUG": "WARN",
     }
     return {k: v for k, v in wanted.items() if k not in env}

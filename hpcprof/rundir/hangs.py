@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .flight_recorder import dump_folder, fr_verdict, read_dumps
 from .layout import RunDir, rank_from_name
 
 HANGS_DIR = "hangs"
@@ -265,5 +266,17 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def run_verdict(run: RunDir, world_size: int | None = None) -> dict[str, Any] | None:
-    """:func:`verdict` of the notes in the run directory `run` (None when no rank wrote one)."""
-    return verdict(read_hangs(run), world_size)
+    """The hang verdict of the run directory `run` (None: no hang note and no flight-recorder dump
+    that shows a hang): :func:`verdict` of the ranks' hang notes, with what PyTorch's flight recorder
+    adds where the ranks dumped it (the collective's number in its group, its sizes: key
+    "flight_recorder", and its text after the notes'); the flight recorder's verdict alone when no
+    rank wrote a note (a job ended by the NCCL watchdog or killed at its time limit)."""
+    dumps, _ = read_dumps(dump_folder(run.root))
+    recorded = fr_verdict(dumps, world_size)
+    found = verdict(read_hangs(run), world_size)
+    if found is None:
+        return recorded
+    if recorded is not None:
+        found["flight_recorder"] = recorded["flight_recorder"]
+        found["text"] += f"; the flight recorder: {recorded['text']}"
+    return found

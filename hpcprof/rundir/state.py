@@ -283,7 +283,8 @@ def run_state(path: str | os.PathLike) -> RunState:
     hang = run_verdict(run, world)
     if hang is not None:
         return RunState("hung", partial=True, failed_rank=hang["culprit"], failed_step=hang["step"], error=hang["text"],
-                        evidence="hangs/ (the ranks' hang watchdog)", hang=hang, **base)
+                        evidence=("nccl-flight-recorder/ (PyTorch's flight recorder)" if hang.get("source") == "flight recorder"
+                                  else "hangs/ (the ranks' hang watchdog)"), hang=hang, **base)
     notes = [f for f in run.read_failures() if isinstance(f, dict)]
     first = outcome.get("first_failure") if isinstance(outcome.get("first_failure"), dict) else None
     if first is None and notes:
