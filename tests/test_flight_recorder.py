@@ -139,3 +139,23 @@ def test_a_hostile_or_broken_dump_runs_nothing_and_is_named(tmp_path):
     assert len(warnings) == 3
     assert all(str(tmp_path / f"rank-{r}") in w for r, w in enumerate(warnings))
     assert "refused to load" in warnings[0]
+
+
+WATCHDOG = ("[PG ID 0 PG GUID 0(default_pg) Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+            "OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for 600008 milliseconds before "
+            "timing out.")
+"""ProcessGroupNCCL's message, its parts as libtorch_cuda.so spells them (`strings` of the installed torch)."""
+
+
+def test_the_nccl_watchdogs_own_message_is_quoted_from_the_rank_log(tmp_path):
+    run = _run_dir(tmp_path / "r", "hang")
+    (run / "logs" / "77_1_log.err").write_text(
+        "step 4 done\n"
+        f"[rank1]:[E1129 08:30:00.123456789 ProcessGroupNCCL.cpp:632] {WATCHDOG}\n"
+        "[rank1]:[E1129 08:30:00.2 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
+        "Process group watchdog thread terminated with exception\n")
+    st = run_state(run)
+    assert st.state == "hung" and st.failed_rank == 2
+    assert st.hang["watchdog"] == WATCHDOG
+    assert st.describe().index("rank 2 never entered all_reduce #7") < st.describe().index(
+        f"the NCCL watchdog said: {WATCHDOG}")

@@ -91,6 +91,33 @@ def read_dumps(folder: str | Path) -> tuple[dict[int, dict], list[str]]:
     return dumps, warnings
 
 
+WATCHDOG_LINE = re.compile(r"[^\n]*Watchdog caught collective operation timeout[^\n]*")
+"""ProcessGroupNCCL's message when a collective timed out (it names the rank, the collective's SeqNum
+and OpType), as the rank's log holds it."""
+LOG_TAIL_BYTES = 1 << 20
+
+
+def watchdog_message(logs: str | Path) -> str | None:
+    """The first NCCL watchdog timeout message in the run's logs (the last megabyte of each file
+    under `logs`, files in name order), without its leading timestamp noise; None without one."""
+    folder = Path(logs)
+    if not folder.is_dir():
+        return None
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        m = WATCHDOG_LINE.search(text)
+        if m:
+            line = m.group(0).strip()
+            start = line.find("[PG ")
+            return (line[start:] if start >= 0 else line)[:400]
+    return None
+
+
 def _where(frames: Any) -> str | None:
     for f in frames if isinstance(frames, list) else []:
         if not isinstance(f, dict):

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .flight_recorder import dump_folder, fr_verdict, read_dumps
+from .flight_recorder import dump_folder, fr_verdict, read_dumps, watchdog_message
 from .layout import RunDir, rank_from_name
 
 HANGS_DIR = "hangs"
@@ -270,13 +270,17 @@ def run_verdict(run: RunDir, world_size: int | None = None) -> dict[str, Any] | 
     that shows a hang): :func:`verdict` of the ranks' hang notes, with what PyTorch's flight recorder
     adds where the ranks dumped it (the collective's number in its group, its sizes: key
     "flight_recorder", and its text after the notes'); the flight recorder's verdict alone when no
-    rank wrote a note (a job ended by the NCCL watchdog or killed at its time limit)."""
+    rank wrote a note (a job ended by the NCCL watchdog or killed at its time limit). With dumps, the
+    NCCL watchdog's own timeout message in the run's logs is quoted too (key "watchdog")."""
     dumps, _ = read_dumps(dump_folder(run.root))
     recorded = fr_verdict(dumps, world_size)
     found = verdict(read_hangs(run), world_size)
     if found is None:
-        return recorded
-    if recorded is not None:
+        found = recorded
+    elif recorded is not None:
         found["flight_recorder"] = recorded["flight_recorder"]
         found["text"] += f"; the flight recorder: {recorded['text']}"
+    if recorded is not None and (said := watchdog_message(run.logs_dir)):
+        found["watchdog"] = said
+        found["text"] += f"; the NCCL watchdog said: {said}"
     return found
