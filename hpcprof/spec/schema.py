@@ -20,8 +20,6 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import tomli_w
-
 from .resources import SlurmResources
 from .builtin import BUILTIN_SECTIONS, Data, Model, builtin_only
 from .checks import spec_warnings, traced_epoch_boundaries, validate_spec
@@ -229,6 +227,9 @@ class JobSpec:
     def to_toml(self) -> str:
         """The spec as a TOML job file (what ``spec.toml`` in a run directory holds): each section a
         table, resources.slurm_extra a sub-table; :func:`.load.read_spec_toml` reads back the same spec."""
+        import tomli_w  # here, not at the top: importing the spec needs the standard library only (the sbatch
+        # renderer runs from a bare install: tests/test_sbatch.py)
+
         return tomli_w.dumps(self.to_dict())
 
     @property
