@@ -36,8 +36,8 @@ from collections import deque
 from typing import Any, Callable
 
 from ..rundir import RunDir, atomic_write_text
-from ..rundir.hangs import (HANG_EXIT_CODE, HangNote, hang_path, hang_stack_path, read_hangs, thread_stacks,
-                            waiting_in, where_and_caller)
+from ..rundir.frames import where_and_caller
+from ..rundir.hangs import HANG_EXIT_CODE, HangNote, hang_path, hang_stack_path, read_hangs, thread_stacks, waiting_in
 
 MEDIAN_FACTOR = 20.0
 """The timeout is at least this many median step times (see hpcprof.spec.Train.hang_timeout_s)."""

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .frames import Frame, where_and_caller
 from .plain_pickle import PlainPickleError, load_plain
 
 FR_DIR = "nccl-flight-recorder"
@@ -38,7 +39,6 @@ FR_PREFIX = "rank-"
 MAX_BYTES = 256 << 20
 """Larger files are not read (a dump of 2,000 entries with their frames is about a megabyte)."""
 _DUMP_NAME = re.compile(re.escape(FR_PREFIX) + r"(\d+)")
-_INTERNAL = ("/torch/", "/hpcprof/", "<frozen", "/multiprocessing/", "/runpy.py")
 
 
 @dataclass
@@ -119,14 +119,9 @@ def watchdog_message(logs: str | Path) -> str | None:
 
 
 def _where(frames: Any) -> str | None:
-    for f in frames if isinstance(frames, list) else []:
-        if not isinstance(f, dict):
-            continue
-        file = str(f.get("filename", ""))
-        if file and not any(part in file.replace("\\", "/") for part in _INTERNAL):
-            tail = "/".join(file.replace("\\", "/").split("/")[-2:])
-            return f"{f.get('name')} ({tail}:{f.get('line')})"
-    return None
+    """The training code's frame among an entry's frames (innermost first)."""
+    kept = [Frame(str(f.get("filename", "")), f.get("line"), str(f.get("name"))) for f in frames or [] if isinstance(f, dict)]
+    return where_and_caller(kept)[1]
 
 
 def _int(v: Any) -> int | None:

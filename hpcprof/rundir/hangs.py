@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .flight_recorder import dump_folder, fr_verdict, read_dumps, watchdog_message
+from .frames import Frame
 from .layout import RunDir, rank_from_name
 
 HANGS_DIR = "hangs"
@@ -37,20 +38,6 @@ HANG_TEMPLATE = "rank-{rank}.json"
 HANG_STACK_TEMPLATE = "rank-{rank}.stack.txt"
 HANG_EXIT_CODE = 124
 """The exit code of a rank its hang watchdog ended (as GNU ``timeout``'s: it timed out)."""
-
-
-@dataclass
-class Frame:
-    """One Python frame of a stack (innermost first in lists)."""
-
-    file: str
-    line: int
-    function: str
-
-    def short(self) -> str:
-        """``function (folder/file.py:line)``: the last two parts of the path are enough to find it."""
-        tail = "/".join(self.file.replace("\\", "/").split("/")[-2:])
-        return f"{self.function} ({tail}:{self.line})"
 
 
 @dataclass
@@ -135,11 +122,6 @@ def _path(frame: Frame) -> str:
     return frame.file.replace("\\", "/")
 
 
-def _internal(frame: Frame) -> bool:
-    p = _path(frame)
-    return "/torch/" in p or "/hpcprof/" in p or p.startswith("<")
-
-
 def waiting_in(frames: list[Frame]) -> str | None:
     """The collective a stack (innermost first) waits in, or None when it is in none:
     a public function of ``torch.distributed`` (all_reduce, barrier, Work.wait...), DDP's own
@@ -156,13 +138,6 @@ def waiting_in(frames: list[Frame]) -> str | None:
     if any("/torch/autograd/" in _path(f) for f in frames):
         return "backward (DDP's gradient all-reduce)"
     return None
-
-
-def where_and_caller(frames: list[Frame]) -> tuple[str | None, str | None]:
-    """(innermost frame, innermost frame of the training code: outside torch and hpcprof)."""
-    where = frames[0].short() if frames else None
-    caller = next((f.short() for f in frames if not _internal(f)), None)
-    return where, caller
 
 
 # ------------------------------------------------------------------ the verdict
