@@ -83,6 +83,23 @@ def test_bad_utf8_is_one_line_naming_the_file(tmp_path, min_bytes):
         read_event_table(p, min_bytes=min_bytes)
 
 
+@pytest.mark.parametrize("min_bytes", [None, 0], ids=["read-whole", "streamed"])
+@pytest.mark.parametrize("where", ["after-a-refused-element", "in-the-metadata"])
+def test_bad_utf8_elsewhere_is_the_same_line(tmp_path, min_bytes, where):
+    """The bad byte after an element the typed decoder refuses (a number as "ph"), or in a top-level
+    key after traceEvents: still the one line naming the byte, whichever decoder meets it first."""
+    events = ",".join(json.dumps({"ph": "X", "name": f"k{i}", "ts": i, "dur": 1}) for i in range(50)).encode()
+    if where == "after-a-refused-element":
+        events = b'{"ph": 7, "name": "x", "ts": 0, "dur": 1},' + events.replace(b"k7", b"\xc3\x28", 1)
+        tail = b"}"
+    else:
+        tail = b', "deviceProperties": "\xc3\x28"}'
+    p = tmp_path / "bad.json"
+    p.write_bytes(b'{"traceEvents": [' + events + b"]" + tail)
+    with pytest.raises(TraceError, match=r"^bad\.json: not valid UTF-8 text \(invalid continuation byte, byte b'\\xc3'\); corrupt trace$"):
+        read_event_table(p, min_bytes=min_bytes)
+
+
 def test_analysis_through_the_stream_equals_the_reference(monkeypatch, tmp_path):
     """Every trace of the DLRM set decoded as a stream (in 64 kB blocks): the analysis' summary and
     timeline are those stored by the code before the streaming decode existed."""

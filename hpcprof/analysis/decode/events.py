@@ -117,6 +117,15 @@ class ShapeError(ValueError):
     """Valid JSON but not a Kineto/Chrome trace (no traceEvents list of objects)."""
 
 
+def raise_if_not_utf8(data: bytes, exc: msgspec.DecodeError) -> None:
+    """Raise Python's UnicodeDecodeError, which names the offending byte, where msgspec refused
+    `data` for not being UTF-8. msgspec 0.23 checks UTF-8 itself and says only "Invalid UTF-8
+    encoded string", with no position; earlier releases left it to Python's decoder. Returns for
+    any other DecodeError."""
+    if "UTF-8" in str(exc):
+        bytes(data).decode("utf-8")
+
+
 @dataclass
 class DecodedTrace:
     """One trace, decoded: its metadata (top-level keys) and its events as typed records."""
@@ -136,6 +145,7 @@ def decode(raw: bytes) -> DecodedTrace:
     except msgspec.ValidationError:
         return _decode_loose(raw)
     except msgspec.DecodeError as exc:
+        raise_if_not_utf8(raw, exc)
         raise DecodeError(str(exc)) from None
     meta = {k: getattr(doc, k) for k in META_KEYS if getattr(doc, k) is not None}
     return DecodedTrace(meta=meta, events=doc.traceEvents)
@@ -145,7 +155,8 @@ def _decode_loose(raw: bytes) -> DecodedTrace:
     """Slow path for documents the typed decoder refuses: generic decode, then keep what is usable."""
     try:
         doc = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:  # pragma: no cover - the typed decoder saw valid JSON
+    except msgspec.DecodeError as exc:  # the typed decoder refuses a type before it reads the rest
+        raise_if_not_utf8(raw, exc)
         raise DecodeError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise ShapeError("no 'traceEvents' list")

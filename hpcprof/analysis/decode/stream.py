@@ -30,7 +30,7 @@ import pandas as pd
 
 from .columns import _Columns
 from .counted import Limited, Tee, TextLimit
-from .events import META_KEYS, DecodedTrace, _Doc, _Event, event_table, loose_events
+from .events import META_KEYS, DecodedTrace, _Doc, _Event, event_table, loose_events, raise_if_not_utf8
 
 STREAM_MIN_BYTES = 256 << 20
 """Files whose JSON is larger than this (a .gz counted at 8x its size, or found larger once
@@ -152,11 +152,15 @@ def stream_table(fh, block: int = BLOCK, limit: int | None = None) -> tuple[dict
             if cut > pos:
                 chunk = b"[" + buf[pos:cut] + b"]"
                 try:
-                    cols.add(_EVENTS.decode(chunk))
-                except msgspec.ValidationError:
-                    ev, sk = _loose(chunk)
-                    cols.add(ev)
-                    skipped += sk
+                    try:
+                        cols.add(_EVENTS.decode(chunk))
+                    except msgspec.ValidationError:
+                        ev, sk = _loose(chunk)
+                        cols.add(ev)
+                        skipped += sk
+                except msgspec.DecodeError as exc:
+                    raise_if_not_utf8(chunk, exc)
+                    raise
                 del chunk
             buf, scanned, pos = buf[cut + 1:], scanned - (cut + 1), 0  # drop what is decoded (the comma or ']' too)
         if end is not None:
@@ -172,11 +176,15 @@ def stream_table(fh, block: int = BLOCK, limit: int | None = None) -> tuple[dict
         raise HeldTooMuch(f"more than {MAX_HELD >> 20} MB of text after traceEvents")
     doc = prefix + b"[]" + suffix
     try:
-        d = _META.decode(doc)
-        meta = {k: getattr(d, k) for k in META_KEYS if getattr(d, k) is not None}
-    except msgspec.ValidationError:
-        raw = msgspec.json.decode(doc)
-        meta = {k: raw[k] for k in META_KEYS if raw.get(k) is not None}
+        try:
+            d = _META.decode(doc)
+            meta = {k: getattr(d, k) for k in META_KEYS if getattr(d, k) is not None}
+        except msgspec.ValidationError:
+            raw = msgspec.json.decode(doc)
+            meta = {k: raw[k] for k in META_KEYS if raw.get(k) is not None}
+    except msgspec.DecodeError as exc:
+        raise_if_not_utf8(doc, exc)
+        raise
     return meta, cols.table(), cols.n, skipped
 
 
