@@ -15,6 +15,7 @@ step, a point every rank of a data-parallel job passes.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import os
@@ -136,19 +137,37 @@ def connect_rank(prep: PreparedRank, spec: JobSpec, run_root: str | None, log: s
     ctrl_group = dist.new_group(backend="gloo", timeout=timeout)
     agree_group = dist.new_group(backend="gloo", timeout=timeout)
     label = control_label(thread_ids() - before if before else ())
-    with record_function(label):
-        run = RunDir(run_root) if run_root else agree_run_dir(spec, renv, ctrl_group)
     try:
-        if device.type == "cuda" and not run_root:
-            _nccl_env(str(run.root))  # before the first NCCL communicator exists (created lazily)
-        run.ensure_layout()
-    except OSError as exc:
-        raise RunDirError(_cannot_create(run, exc, chosen_here=not run_root)) from None
-    failure = FailureContext(run, renv.rank, renv.node, FailureContext.log_for_rank(log, renv.rank))
-    with record_function(label):
-        entries = _gather_rank_entries(renv, device, prep.node_cpus, ctrl_group)
+        with record_function(label):
+            run = RunDir(run_root) if run_root else agree_run_dir(spec, renv, ctrl_group)
+        try:
+            if device.type == "cuda" and not run_root:
+                _nccl_env(str(run.root))  # before the first NCCL communicator exists (created lazily)
+            run.ensure_layout()
+        except OSError as exc:
+            raise RunDirError(_cannot_create(run, exc, chosen_here=not run_root)) from None
+        failure = FailureContext(run, renv.rank, renv.node, FailureContext.log_for_rank(log, renv.rank))
+        with record_function(label):
+            entries = _gather_rank_entries(renv, device, prep.node_cpus, ctrl_group)
+    except Exception:  # an error, so no collective of this rank still runs (an interrupt is left as it is)
+        _leave_groups(owns_pg, ctrl_group, agree_group)
+        raise
     return StartedRank(renv, device, backend, ctrl_group, agree_group, owns_pg, made_by, label, run, failure, entries,
                        prep.node_cpus)
+
+
+def _leave_groups(owns_pg: bool, *groups) -> None:
+    """Destroy the process groups made here when joining fails. A process that exits with live gloo
+    groups may end in SIGABRT ("terminate called without an active exception", torch's worker
+    threads torn down with the interpreter) instead of its exit code 1 and one-line error. No
+    collective is in flight at this point and no NCCL communicator exists yet (created lazily), so
+    destroying cannot wait on a peer. A process group the script made is left to the script."""
+    for group in groups:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group(group)
+    if owns_pg and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
 
 
 def _cannot_create(run: RunDir, exc: OSError, chosen_here: bool) -> str:
