@@ -60,7 +60,13 @@ def kernel_work_table(table: pd.DataFrame, names: Names | None = None, cats: Nam
     if not rows.size:
         return empty
     def col(c):
-        return table[c].iloc[rows].map(_dims).to_numpy(dtype=object) if c in table else np.full(rows.size, "", dtype=object)
+        if c not in table:
+            return np.full(rows.size, "", dtype=object)
+        values = table[c].to_numpy(dtype=object)[rows]
+        # one text per distinct list object: the decode keeps one object per distinct launch
+        # dimension (decode/columns.py), and `values` keeps every object alive while its id is a key
+        texts: dict[int, str] = {}
+        return np.array([texts[i] if (i := id(v)) in texts else texts.setdefault(i, _dims(v)) for v in values], dtype=object)
 
     df = pd.DataFrame({"name": names.values()[rows], "grid": col("grid"), "block": col("block"), "dur": dur[rows]})
     g = df.groupby(["name", "grid", "block"], sort=True)["dur"].agg(["count", "sum"]).reset_index()
