@@ -16,6 +16,7 @@ Why HTA's: users check our numbers against HTA, so the per-name counts and durat
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 from pathlib import Path
@@ -27,8 +28,10 @@ TOP = 15
 
 
 def _labeled_trace(trace_file: Path, label: str):
-    """An HTA `LabeledTrace` over one trace file, without HTA parsing it again."""
-    from hta.common.trace import Trace
+    """An HTA `LabeledTrace` over one trace file, through its public constructor
+    (``LabeledTrace(label, t=trace)``), without HTA parsing the file again: the `Trace` handed to it
+    holds the frame our decode built, and its `parse_traces` (which the constructor calls, and which
+    would parse the file with HTA's parser, more than the rest of the comparison costs) keeps it."""
     from hta.trace_diff import LabeledTrace
 
     from ..analysis.decode.events import event_table
@@ -40,14 +43,26 @@ def _labeled_trace(trace_file: Path, label: str):
     rank = trace_meta(trace_file, decoded.meta).rank
     df, symbols = hta_frame(event_table(decoded))
     with contextlib.redirect_stdout(io.StringIO()):
-        t = Trace(trace_files={rank: str(trace_file)}, trace_dir=str(trace_file.parent))
+        t = _parsed_trace_type()(trace_files={rank: str(trace_file)}, trace_dir=str(trace_file.parent))
     t.traces, t.symbol_table, t.meta_data, t.is_parsed = {rank: df}, symbols, {rank: dict(decoded.meta)}, True
-    lt = LabeledTrace.__new__(LabeledTrace)  # LabeledTrace.__init__ would parse the files again
-    lt.label, lt.t = label, t
-    lt.s_map = pd.Series(symbols.get_sym_id_map())
-    lt.s_tab = pd.Series(symbols.get_sym_table())
-    lt.iteration_df = lt._extract_iterations()
-    return lt
+    return LabeledTrace(label, t=t)
+
+
+@functools.cache
+def _parsed_trace_type():
+    """HTA's `Trace` for a frame that is already built (made on first use: HTA is imported only by
+    the commands that compare operators)."""
+    from hta.common.trace import Trace
+
+    class ParsedTrace(Trace):
+        """A `Trace` whose `traces`, `symbol_table` and `meta_data` were set from hpcprof's decode
+        (equal to HTA's parser's, tests/analysis/test_fast_loader.py): parsing again keeps them."""
+
+        def parse_traces(self, *args, **kwargs) -> None:
+            if not self.is_parsed:
+                super().parse_traces(*args, **kwargs)
+
+    return ParsedTrace
 
 
 def trace_diff(base_file: Path, test_file: Path) -> pd.DataFrame:
