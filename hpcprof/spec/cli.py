@@ -134,7 +134,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, rank_only: bool = False)
         default=[],
         help="override any spec field, e.g. --set data.num_workers=4 (repeatable)",
     )
-    groups: dict[str, argparse._ArgumentGroup] = {}
+    groups: dict[str, Any] = {}  # argument groups by section (argparse names their type privately)
     for dotted, default, doc in iter_fields():
         section = dotted.rpartition(".")[0]
         group = groups.get(section)
