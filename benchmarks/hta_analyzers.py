@@ -1,4 +1,4 @@
-"""HTA's per-rank analyzers against hpcprof's replay of them (ranks/gpu_breakdown.py), on one trace.
+"""HTA's per-rank analyzers against hpcprof's replay of them (analysis/hta/breakdown.py), on one trace.
 
 Both run on the same HTA `Trace` (loaded once by HTA's own parser), interleaved, `--repeats` times
 each; prints each one's CPU seconds (median), the ratio, and whether the results are equal (the
@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    from hpcprof.analysis.ranks import hta_rank
+    from hpcprof.analysis.hta import analyzers as hta_rank
 
     trace, _ = hta_rank.load_hta_trace(args.trace, args.rank)
     runs = {"replay": lambda: hta_rank.classified_analyses(trace, args.rank),

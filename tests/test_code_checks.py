@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 WRAPPED_TO_120 = [
     "hpcprof/analysis/cache.py",
-    "hpcprof/analysis/ranks/intervals.py",
+    "hpcprof/analysis/intervals.py",
     "hpcprof/analysis/ranks/timeline.py",
     "hpcprof/analysis/ranks/waits.py",
     "hpcprof/rundir/__init__.py",

@@ -20,7 +20,7 @@ from ..rundir import manifest as run_manifest
 from ..rundir.flight_recorder import dump_folder, fr_verdict, read_dumps
 from ..rundir.state import run_state
 from . import cache
-from .decode.hta_frame import fast_path_problem
+from .hta.frame import fast_path_problem
 from .decode.load import discover_traces
 from .errors import AnalysisError
 from .executors import run_map

@@ -201,7 +201,8 @@ def compare(args: list[str], out: str | Path, workers: int | None = None, use_ca
 
     `groups`: explicit arms [(label, [run, ...]), ...] instead of `args`; `noise`: a calibration
     (noise.load_noise) for arms of one run each."""
-    from .deltas import top_changes, trace_diff
+    from ..analysis.hta.diff import trace_diff
+    from .deltas import top_changes
     from .noise import NoiseError, load_noise, write_noise
     from .outputs import write_outputs
 

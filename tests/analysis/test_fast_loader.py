@@ -15,7 +15,8 @@ import os
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.decode import events, hta_frame
+from hpcprof.analysis.decode import events
+from hpcprof.analysis.hta import frame as hta_frame
 from hpcprof.analysis.decode.load import read_trace
 from hpcprof.analysis.decode.stream import read_event_table
 
@@ -91,7 +92,7 @@ def test_counter_ranges_fall_back_to_hta_loader(tmp_path, helpers):
     decoded = read_trace(p)
     table = events.event_table(decoded)
     assert "cuda_profiler_range" in hta_frame.fast_path_problem(table)
-    from hpcprof.analysis.ranks.hta_rank import load_hta_trace
+    from hpcprof.analysis.hta.analyzers import load_hta_trace
 
     _, loader = load_hta_trace(str(p), 0, table, decoded.meta)
     assert loader == "hta"
@@ -115,7 +116,7 @@ def _gpu_trace_files():
 @pytest.mark.parametrize("path", _gpu_trace_files(), ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
 def test_classified_analyses_equal_hta_analyzers(path):
     """Classifying each GPU event once gives exactly HTA's own analyzer results on the same Trace."""
-    from hpcprof.analysis.ranks.hta_rank import classified_analyses, hta_analyses
+    from hpcprof.analysis.hta.analyzers import classified_analyses, hta_analyses
 
     decoded = read_trace(path)
     t = hta_frame.hta_trace(str(path), 0, events.event_table(decoded), decoded.meta)
@@ -148,7 +149,7 @@ def test_a_changed_hta_default_parser_configuration_sends_the_trace_to_htas_own_
 def test_a_kernel_too_long_to_break_down_exactly_on_numpy_gets_htas_own_figures(tmp_path, helpers):
     """A kernel of 1e17 us (a hostile or corrupted trace: sums past 2**53 are not exact in float64)
     makes the numpy breakdown decline; the rank then gets HTA's own analyzers' figures."""
-    from hpcprof.analysis.ranks.hta_rank import hta_analyses, load_hta_trace, run_hta_rank
+    from hpcprof.analysis.hta.analyzers import hta_analyses, load_hta_trace, run_hta_rank
 
     src = sorted(helpers.require(TRACES / "param_dlrm_8x_v100").glob("*.json.gz"))[0]
     doc = helpers.load_trace(src)

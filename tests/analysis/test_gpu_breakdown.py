@@ -1,4 +1,4 @@
-"""ranks/gpu_breakdown.py gives HTA's own results, frame for frame (values and dtypes).
+"""analysis/hta/breakdown.py gives HTA's own results, frame for frame (values and dtypes).
 
 The oracle is HTA's code itself, called on the same input: BreakdownAnalysis's kernel-type time,
 idle-time breakdown and top-kernel aggregation, CudaKernelAnalysis's launch statistics, and
@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.decode import events, hta_frame
+from hpcprof.analysis.decode import events
 from hpcprof.analysis.decode.load import TraceError, read_trace
-from hpcprof.analysis.ranks import gpu_breakdown as gb
-from hpcprof.analysis.ranks import hta_rank
+from hpcprof.analysis.hta import analyzers
+from hpcprof.analysis.hta import breakdown as gb
+from hpcprof.analysis.hta import frame as hta_frame
 
 from .conftest import TRACES
 
@@ -87,7 +88,7 @@ def _assert_all_equal(t, gpu: pd.DataFrame) -> None:
     assert row["non_compute_time(us)"] == kernel_us - compute_us - idle_us
 
     stats = gb.kernel_stats(gpu["kernel_name"], gpu["dur"])
-    typed = hta_rank._typed_stats(gpu)  # grouped on the symbol ids, on numpy where the durations are whole
+    typed = analyzers._typed_stats(gpu)  # grouped on the symbol ids, on numpy where the durations are whole
     pd.testing.assert_frame_equal(typed.drop(columns="kernel_type"), stats)
     of_name = dict(zip(gpu["kernel_name"], gpu["kernel_type"]))
     pd.testing.assert_series_equal(typed["kernel_type"], stats["name"].map(of_name), check_names=False)
@@ -112,7 +113,7 @@ def _assert_all_equal(t, gpu: pd.DataFrame) -> None:
 
 
 def _gpu_events_by_map(t) -> pd.DataFrame:
-    """hta_rank.gpu_events as first written: the rows selected and copied, the columns by Series.map."""
+    """analyzers.gpu_events as first written: the rows selected and copied, the columns by Series.map."""
     from hta.utils.utils import get_kernel_type
 
     sym, df = t.symbol_table.get_sym_table(), t.get_trace(0)
@@ -126,7 +127,7 @@ def _gpu_events_by_map(t) -> pd.DataFrame:
 @pytest.mark.parametrize("path", _gpu_traces(), ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
 def test_equal_to_hta_on_real_traces(path):
     t = _hta_frame(path)
-    gpu = hta_rank.gpu_events(t, 0)
+    gpu = analyzers.gpu_events(t, 0)
     pd.testing.assert_frame_equal(gpu, _gpu_events_by_map(t), check_exact=True)
     if not len(gpu):
         pytest.skip(f"{path.name}: no GPU events")
@@ -135,7 +136,7 @@ def test_equal_to_hta_on_real_traces(path):
     assert gb.kernel_type_time(gpu["ts"].to_numpy(), gpu["dur"].to_numpy(), gpu["kernel_type"].to_numpy(), KINDS) is not None
     assert gb.idle_breakdown(df, ids, 30, 0) is not None
     assert gb.launch_stats(df, ids) is not None
-    assert gb._tops(hta_rank._typed_stats(gpu), KINDS, 10, 0.8, 0) is not None
+    assert gb._tops(analyzers._typed_stats(gpu), KINDS, 10, 0.8, 0) is not None
     _assert_all_equal(t, gpu)
 
 
@@ -199,7 +200,7 @@ def test_generated_frames_take_the_numpy_path():
         took += gb.kernel_type_time(gpu["ts"].to_numpy(), gpu["dur"].to_numpy(), gpu["kernel_type"].to_numpy(), KINDS) is not None
         took += gb.idle_breakdown(t.df, t.symbol_table.get_sym_id_map(), 30, 0) is not None
         took += gb.launch_stats(t.df, t.symbol_table.get_sym_id_map()) is not None
-        tops = gb._tops(hta_rank._typed_stats(gpu), KINDS, 10, 0.8, 0)
+        tops = gb._tops(analyzers._typed_stats(gpu), KINDS, 10, 0.8, 0)
         took += tops is not None or seed % 3 == 0  # fractional durations: pandas' compensated sums, left to top_kernels
     assert took == 240
 

@@ -1,4 +1,4 @@
-"""The vectorised steps of decode/hta_frame.py equal the HTA / pandas calls they replace, on
+"""The vectorised steps of analysis/hta/frame.py equal the HTA / pandas calls they replace, on
 generated edge cases (test_fast_loader.py compares whole frames on the real traces):
 `_correlation_to_index` against HTA's transform_correlation_to_index (correlations shared by several
 CPU events and kernels, sync events, -1 and 0, labels that are not positions), `_downcast` against
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.decode import hta_frame
+from hpcprof.analysis.hta import frame as hta_frame
 
 
 def _frame(rng: np.random.Generator, n: int, labels_are_index: bool = True) -> tuple[pd.DataFrame, object]:

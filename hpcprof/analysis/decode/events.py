@@ -5,7 +5,7 @@ our own timeline used to walk the raw dicts a second time. Here the JSON is deco
 straight into small typed records that keep only the fields any analysis reads (the event's
 top-level keys and the handful of `args` HTA's default parser config keeps, plus the ones the
 straggler analysis needs), and then turned into one pandas table with one column per field. Both
-HTA's per-rank frame (`hta_frame.py`) and our timeline (`timeline.py`) are built from that table.
+HTA's per-rank frame (`analysis/hta/frame.py`) and our timeline (`timeline.py`) are built from that table.
 
 Missing keys: a top-level key an event does not have is NaN in its column, exactly as in
 `pandas.DataFrame(traceEvents)` (what HTA builds); an `args` key an event does not have holds the
@@ -25,7 +25,7 @@ import pandas as pd
 NAN = math.nan
 
 # HTA's default ParserConfig args (name in HTA's frame, key in the trace, default): checked against
-# the installed HTA by hta_frame.fast_path_problem(), which falls back to HTA's own loader if they differ.
+# the installed HTA by hta/frame.fast_path_problem(), which falls back to HTA's own loader if they differ.
 HTA_ARGS = (
     ("stream", "stream", -1),
     ("correlation", "correlation", -1),

@@ -2,7 +2,8 @@
 
 - mapper.py: ``analyze_rank`` (the unit an executor runs), writing through the parse cache;
 - result.py: :class:`RankResult`, what ``analyze_rank`` returns to the executors and the reduce;
-- hta_rank.py: HTA's own analyzers on that rank (temporal, idle time, overlap, kernels);
+- HTA's own analyzers on that rank (temporal, idle time, overlap, kernels, launches) are
+  analysis/hta/, which owns everything HTA;
 - timeline.py: the host/GPU timeline (steps, collectives, time per category) and interval algebra;
 - control.py: hpcprof's own control collectives in the trace, told apart from the job's;
 - timeline_piece.py: the rank's piece of the merged timeline (cached; the parent only merges);

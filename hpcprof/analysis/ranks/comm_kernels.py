@@ -27,7 +27,7 @@ first, then the `record_param_comms` op around its launch): the collective's nam
 per-group sequence number (`Seq`), `Comms Id`, message size (`In msg nelems` x dtype, else the
 `nccl:*` annotation's input dims x type).
 
-Used by the per-rank map (ranks/timeline.py: the collectives; ranks/hta_rank.py: our kernel
+Used by the per-rank map (ranks/timeline.py: the collectives; hta/analyzers.py: our kernel
 breakdown beside HTA's) and by the trace drills (hpcprof.drills.trace_drill), so a drill finds the
 same collectives the analysis does.
 """

@@ -83,18 +83,17 @@ def analyze_rank(
 
 def preload() -> None:
     """Do what analyze_rank does once per process on its first parse: import HTA, pyarrow's Parquet
-    writer and the HTA stage (hta_rank, loaded lazily: a map whose ranks are all cached never needs
-    it), and look up the installed HTA release (hta_frame.fast_path_problem: importlib.metadata and
+    writer and the HTA stage (hta/analyzers.py, loaded lazily: a map whose ranks are all cached never needs
+    it), and look up the installed HTA release (hta/frame.fast_path_problem: importlib.metadata and
     its path scan). For a parent about to fork map workers (executors.local): done there once,
     before the fork, the worker inherits it instead of doing it again in its first rank (the
     parent would do it in its own first rank anyway)."""
-    import hta.common.trace  # noqa: F401  (HTA's Trace: hta_frame and hta_rank import it in their functions)
     import pyarrow.parquet  # noqa: F401
 
-    from ..decode.hta_frame import fast_path_problem
-    from . import hta_rank  # noqa: F401
+    from ..hta import analyzers  # noqa: F401
+    from ..hta.frame import preload_hta
 
-    fast_path_problem()
+    preload_hta()
 
 
 @contextlib.contextmanager
@@ -190,7 +189,7 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
         )
     else:
         try:
-            from .hta_rank import run_hta_rank
+            from ..hta.analyzers import run_hta_rank
 
             box = [table]  # HTA's frame consumes the event table (the last step that reads it)
             del table

@@ -14,11 +14,7 @@ Definitions (also in docs/analysis.md, "Numbers and definitions"):
   it, and that call to every cpu_op enclosing it on its thread. Device self time counts each GPU
   event only for the innermost enclosing operator, so self times add up to the GPU time launched
   from operators.
-- launch statistics: HTA's own `CudaKernelAnalysis.cuda_kernel_launch_stats` (what
-  `TraceAnalysis.get_cuda_kernel_launch_stats` returns) on the rank's HTA trace: per launched GPU
-  event its CPU (runtime call) duration, GPU duration and launch delay (kernel start - call end,
-  clipped at 0). Summarised per rank: launches, the share of GPU events shorter than their launch
-  call ("short kernels": the CPU cannot keep such a GPU fed), and the outliers above HTA's cutoffs.
+- launch statistics: HTA's, in analysis/hta/launches.py.
 """
 
 from __future__ import annotations
@@ -29,8 +25,6 @@ import pandas as pd
 from .comm_kernels import Names, one_of
 
 TOP_OPERATORS = 30
-RUNTIME_CUTOFF_US = 50  # HTA's defaults for get_cuda_kernel_launch_stats
-LAUNCH_DELAY_CUTOFF_US = 100
 GPU_CATS = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
 _TEXT = pd.Series(np.array(["x"], dtype=object)).dtype
@@ -142,39 +136,3 @@ def _walk(tid: np.ndarray, t0: np.ndarray, op: np.ndarray, g: np.ndarray, op_end
             for j in stack:
                 dev_total_l[j] += gk
     return np.array(host_self_l), np.array(dev_total_l), np.array(dev_self_l)
-
-
-def launch_stats(hta_trace, rank: int) -> pd.DataFrame:
-    """HTA's kernel-launch statistics for this rank (columns correlation, cpu_duration,
-    gpu_duration, launch_delay; us): ranks/gpu_breakdown.launch_stats on HTA's frame, or HTA's own
-    implementation where that declines (a correlation id twice on one side)."""
-    from .gpu_breakdown import launch_stats as on_numpy
-
-    res = on_numpy(hta_trace.get_trace(rank), hta_trace.symbol_table.get_sym_id_map())
-    if res is not None:
-        return res
-    from hta.analyzers.cuda_kernel_analysis import CudaKernelAnalysis  # with plotly: only where needed
-    res = CudaKernelAnalysis.cuda_kernel_launch_stats(
-        hta_trace, [rank], RUNTIME_CUTOFF_US, LAUNCH_DELAY_CUTOFF_US, include_memory_events=True, visualize=False
-    )
-    return res[rank].reset_index(drop=True)
-
-
-def launch_summary(stats: pd.DataFrame) -> dict:
-    """One rank's launch statistics in a few numbers (see the module docstring)."""
-    n = int(len(stats))
-    if not n:
-        return {"launches": 0}
-    cpu, gpu, delay = stats["cpu_duration"], stats["gpu_duration"], stats["launch_delay"]
-    return {
-        "launches": n,
-        "short_kernel_share": float((gpu < cpu).mean()),
-        "cpu_launch_median_us": float(cpu.median()),
-        "gpu_median_us": float(gpu.median()),
-        "launch_delay_median_us": float(delay.median()),
-        "launch_delay_p95_us": float(delay.quantile(0.95)),
-        "runtime_outliers": int((cpu > RUNTIME_CUTOFF_US).sum()),
-        "launch_delay_outliers": int((delay > LAUNCH_DELAY_CUTOFF_US).sum()),
-        "gpu_time_us": float(gpu.sum()),
-        "cpu_launch_time_us": float(cpu.sum()),
-    }

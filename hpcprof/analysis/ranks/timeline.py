@@ -17,7 +17,7 @@ import pandas as pd
 from .categories import STEP_CATEGORIES, CategoryClock
 from .comm_kernels import Names, classify, one_of, short_kernel_name
 from .control import control_events
-from .intervals import Intervals
+from ..intervals import Intervals
 from .waits import main_waited
 
 from ...rundir.records import REGION_DATA

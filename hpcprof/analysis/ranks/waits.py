@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .intervals import Intervals
+from ..intervals import Intervals
 
 WAITED_RESUME_US = 10000.0
 """A CPU collective counts as waited for when the main thread was not computing (operators other

@@ -1,5 +1,5 @@
 """Operator and kernel-launch views across ranks: the per-rank tables of the map
-(ranks/operators.py) gathered, and the launch statistics summarised per rank, with the
+(ranks/operators.py) gathered, and the launch statistics (hta/launches.py) summarised per rank, with the
 recommendation when the GPU waits on launches.
 
 Why a recommendation here and not in recommend.py: it reads only these tables, and its rule is
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..ranks.operators import launch_summary
+from ..hta.launches import launch_summary
 from ..ranks.result import rank_arrow, read_rank_tables
 
 SHORT_SHARE = 0.5

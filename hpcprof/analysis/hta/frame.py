@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ...hta_release import require_hta
-from .events import HTA_ARGS, OWN_ARGS
+from ..decode.events import HTA_ARGS, OWN_ARGS
 
 MIRRORED_HTA = "0.5."  # the HTA release whose parse_trace_file this module mirrors
 _DROP = ("ph", "id", "bp", "s")
@@ -283,7 +283,7 @@ def _add_iteration(df: pd.DataFrame, table) -> None:
 
 
 ANALYSIS_COLUMNS = ("index", "cat", "name", "ts", "dur", "stream", "correlation", "index_correlation", "end")
-"""The columns of HTA's frame that the per-rank analyses read (ranks/hta_rank.py, ranks/gpu_breakdown.py,
+"""The columns of HTA's frame that the per-rank analyses read (hta/analyzers.py, hta/breakdown.py,
 and HTA's analyzers where those hand a case to them: its idle-time, kernel-type and launch
 breakdowns, and the filter of `align_and_filter_trace`)."""
 
@@ -342,4 +342,12 @@ def hta_trace(trace_path: str, rank: int, table: pd.DataFrame | list, meta: dict
     return t
 
 
-__all__ = ["ANALYSIS_COLUMNS", "MIRRORED_HTA", "fast_path_problem", "hta_frame", "hta_trace"]
+def preload_hta() -> None:
+    """Import HTA's `Trace` (which the functions here import when first called) and look up the
+    installed release (`fast_path_problem`), once, in a process about to fork map workers."""
+    from hta.common.trace import Trace  # noqa: F401
+
+    fast_path_problem()
+
+
+__all__ = ["ANALYSIS_COLUMNS", "MIRRORED_HTA", "fast_path_problem", "hta_frame", "hta_trace", "preload_hta"]

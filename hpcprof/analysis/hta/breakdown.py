@@ -30,7 +30,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .intervals import union
+from ..intervals import union
 
 EXACT = float(2**53)
 """Whole numbers below this are exact in float64 and their sums exact in any order."""
@@ -38,7 +38,7 @@ EXACT = float(2**53)
 
 def merge_intervals(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """hta.utils.utils.merge_kernel_intervals on the columns ts, dur: the merged (start, end) in
-    start order (ranks/intervals.union, HTA's rule), with HTA's dtypes (start: ts's, end: that of
+    start order (analysis/intervals.union, HTA's rule), with HTA's dtypes (start: ts's, end: that of
     ts + dur)."""
     return union(ts, ts + dur)
 

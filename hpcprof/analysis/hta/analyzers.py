@@ -2,7 +2,7 @@
 
 We give HTA a `Trace` holding only this rank and call the same analyzer class methods that
 `hta.trace_analysis.TraceAnalysis` calls, so per-rank numbers are HTA's numbers. The `Trace` is
-filled from our one decode of the file (hta_frame.py, same frame as HTA's loader) or, where that
+filled from our one decode of the file (frame.py, same frame as HTA's loader) or, where that
 fast path does not apply, loaded by HTA itself. The cross-rank kernel-type breakdown is reproduced
 in the reduce by summing the per-rank kernel-type times, exactly as
 `BreakdownAnalysis.get_gpu_kernel_breakdown` does across ranks.
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .gpu_breakdown import kernel_stats
-from .operators import launch_stats
+from .breakdown import kernel_stats
+from .launches import launch_stats
 
 # HTA's default for get_idle_time_breakdown (nanoseconds in its doc, trace units in practice).
 CONSECUTIVE_KERNEL_DELAY = 30
@@ -38,10 +38,10 @@ def _quiet_hta() -> None:
 
 def load_hta_trace(trace_path: str, rank: int, table: pd.DataFrame | list | None = None, meta: dict | None = None):
     """HTA's `Trace` for one rank and the loader used: "fast" (HTA's frame built from our event
-    table, see hta_frame.py) when `table` is given and the fast path applies, else "hta" (HTA's own
+    table, see frame.py) when `table` is given and the fast path applies, else "hta" (HTA's own
     `Trace.load_traces`, which parses the file again). `table` in a one-element list is consumed
-    (hta_frame.hta_frame)."""
-    from ..decode.hta_frame import ANALYSIS_COLUMNS, fast_path_problem, hta_trace
+    (frame.hta_frame)."""
+    from .frame import ANALYSIS_COLUMNS, fast_path_problem, hta_trace
 
     _quiet_hta()
     frame = table[0] if isinstance(table, list) else table
@@ -81,7 +81,7 @@ def run_hta_rank(trace_path: str, rank: int, table: pd.DataFrame | list | None =
     out: dict[str, Any] = {"loader": loader}
     out.update(classified_analyses(t, rank, gpu, stats=stats) if loader == "fast" else hta_analyses(t, rank))
     out["kernels_all"] = _all_kernels(stats, rank)
-    out["launch_stats"] = launch_stats(t, rank)  # HTA's kernel-launch statistics (ranks/operators.py)
+    out["launch_stats"] = launch_stats(t, rank)  # HTA's kernel-launch statistics (launches.py)
     kall = out["kernels_all"]
     kall["kernel_type_hpcprof"] = kall["kernel_type"]
     if extra_comm:
@@ -157,7 +157,7 @@ def _idle(t, rank: int) -> pd.DataFrame:
 def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: bool = True, stats: pd.DataFrame | None = None,
                         tops: bool = True) -> dict[str, Any]:
     """The same four results as `hta_analyses`, with every GPU event classified ONCE and the
-    breakdowns computed on numpy (ranks/gpu_breakdown.py, HTA's exact numbers).
+    breakdowns computed on numpy (breakdown.py, HTA's exact numbers).
 
     HTA's temporal breakdown, overlap and kernel breakdown each classify every GPU event again with
     a row-wise `apply(get_kernel_type, axis=1)`, and each is a chain of pandas copies, sorts and
@@ -173,7 +173,7 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
       overlaps), and per type the top kernels by total duration (DURATION_RATIO, TOP_KERNELS), from
       the per-name statistics `stats` (`_typed_stats`; computed here when not given);
     - idle-time breakdown per stream (`idle=False`: left out).
-    Where gpu_breakdown declines a case (a time that makes its exact replay unsure), HTA's public
+    Where breakdown.py declines a case (a time that makes its exact replay unsure), HTA's public
     analyzers compute every figure (`hta_analyses`); for our own classes ("ours") it raises
     ValueError instead, and HTA's figures stand alone. `gpu` may carry other kernel types than HTA's (run_hta_rank's
     "ours", with `tops=False`: the top kernels assume one type per name). Equality with
@@ -181,8 +181,8 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
     """
     from hta.utils.utils import KernelType
 
-    from . import gpu_breakdown as gb
-    from .timeline import Intervals
+    from ..intervals import Intervals
+    from . import breakdown as gb
 
     if gpu is None:
         gpu = gpu_events(t, rank)
@@ -198,7 +198,7 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
     overlap_pct = round(100 * (both_us / comm_us), 2) if comm_us > 0 else None
 
     ktime = gb.kernel_type_time(ts, dur, types, kinds)
-    if ktime is None:  # a time gpu_breakdown cannot replay exactly (NaN, or sums past 2**53)
+    if ktime is None:  # a time breakdown.py cannot replay exactly (NaN, or sums past 2**53)
         if tops:  # HTA's own classes: HTA's public analyzers give every figure
             return hta_analyses(t, rank)
         raise ValueError(f"rank {rank}: GPU event times (NaN or beyond 2**53 us) that only HTA's own "
@@ -220,7 +220,7 @@ def classified_analyses(t, rank: int, gpu: pd.DataFrame | None = None, idle: boo
 
 
 def _typed_stats(gpu: pd.DataFrame) -> pd.DataFrame:
-    """Per kernel name of `gpu_events`: its statistics (gpu_breakdown.kernel_stats, grouped on
+    """Per kernel name of `gpu_events`: its statistics (breakdown.kernel_stats, grouped on
     HTA's int symbol ids where the frame has them) and its kernel_type (a function of the name:
     gpu_events), taken from the last row of each name, not from a dict built over every kernel (a
     Python object per kernel). Made once per rank, for the top kernels and the table of all kernels
