@@ -1,7 +1,7 @@
 """A process hpcprof starts dies with the process that started it, even when that one is killed by
 SIGKILL (nothing runs in a killed process to stop its children).
 
-One definition for every side: the analysis' worker pools (hpcprof.analysis.executors.local: a
+One definition for every side: the analysis' worker pools (hpcprof.analysis.pool: a
 SIGKILLed `analyze` left its chart workers drawing for minutes) and the local ranks
 (hpcprof.rank.lifeline: under submitit's controller). Imports nothing but the standard library.
 

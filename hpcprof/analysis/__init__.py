@@ -3,14 +3,19 @@
 The folders follow the data flow:
 
   decode/     find, read and validate traces; decode each one once into an event table
+  hta/        everything HTA: its frame from that table, its per-rank analyzers, TraceDiff
   ranks/      the per-rank map: ``analyze_rank`` on ONE trace (HTA analyses + host/GPU timeline),
               returning a typed RankResult whose small tables sit in the parse cache
   executors/  where the map runs: a local process pool, or a SLURM job array the caller gives
               (hpcprof.launch.analysis_array: the analysis imports nothing of the launcher)
   reduce/     cross-rank numbers from those tables: step times, stragglers, kernels, recommendations
   outputs/    the output folder: tables/, plots/, summary.json, report.html, the console lines
-  cache.py    the parse cache (per rank, by content hash) and the whole-analysis memo
+  cache.py    the parse cache (per rank, by content hash); memo.py: the whole-analysis memo
+  layout.py   the output folder's names; intervals.py: interval algebra; pool.py: worker processes
   pipeline.py ``analyze()``: one call per step above
+
+No two of these import each other in a circle: decode/ and hta/ come first, then ranks/,
+executors/ and reduce/, then outputs/, memo.py and pipeline.py.
 """
 
 import os as _os

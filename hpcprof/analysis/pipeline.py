@@ -1,6 +1,6 @@
 """analyze(): the orchestrator. Each step is one call into the folder that owns it:
 
-  decode.load.discover_traces -> cache.inputs_key / memo_hit (outputs still current? return them)
+  decode.load.discover_traces -> memo.inputs_key / memo_hit (outputs still current? return them)
   -> executors.run_map (ranks.mapper.analyze_rank per trace, local pool or SLURM array)
   -> ranks.select.select_ranks -> reduce.crossrank.reduce_ranks
   -> outputs: charts (drawn in a process while the rest goes on: those of per-rank numbers from
@@ -19,7 +19,7 @@ from ..rundir import RunDir, RunDirError, rank_from_name
 from ..rundir import manifest as run_manifest
 from ..rundir.flight_recorder import dump_folder, fr_verdict, read_dumps
 from ..rundir.state import run_state
-from . import cache
+from . import cache, memo
 from .hta.frame import fast_path_problem
 from .decode.load import discover_traces
 from .errors import AnalysisError
@@ -29,7 +29,7 @@ from .outputs.chart_plan import EARLY, LATE, in_order, nothing_to_show
 from .outputs.charts import Charts, draw_charts
 from .outputs.console import console_summary
 from .outputs.timeline.critical_lane import critical_path_lane
-from .outputs.layout import TIMELINE_FILE, AnalysisDir
+from .layout import TIMELINE_FILE, AnalysisDir
 from .outputs.rounding import round_summary
 from .outputs.report import write_report
 from .outputs.summary import build_summary, clean, write_summary
@@ -108,9 +108,9 @@ def analyze(
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
     # outputs made with another HTA release are not reused (its numbers may differ)
     options = f"timeline={timeline_steps}/{timeline_max_events} hta={hta}"
-    digests, key = cache.inputs_key(src, files, ranks, options=options, progress=progress)
+    digests, key = memo.inputs_key(src, files, ranks, options=options, progress=progress)
     if use_cache:
-        hit = cache.memo_hit(out_dir, key)
+        hit = memo.memo_hit(out_dir, key)
         if hit is not None:
             if console:
                 print(console_summary(hit))

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import hpcprof.analysis.executors.local as local
+from hpcprof.analysis.decode.load import file_digest
 from hpcprof.analysis.ranks.mapper import analyze_rank
 
 
@@ -61,7 +62,7 @@ def test_the_parent_preloads_before_forking_only_when_a_rank_will_be_parsed(dlrm
     calls = []
     monkeypatch.setattr(local, "preload", lambda: calls.append(1))
     files = _traces(dlrm_copy)[:2]
-    digests = {f: local.cache.file_digest(f) for f in files}
+    digests = {f: file_digest(f) for f in files}
     cache_dir = tmp_path / "cache"
     assert local.map_local(files, cache_dir, True, workers=2, progress=False, digests=digests)[0].ok
     assert calls == [1]  # nothing cached yet

@@ -18,7 +18,7 @@ import xxhash
 
 from ...rundir import RunDir
 from .. import isal_lib
-from ..outputs.layout import TIMELINE_FILE
+from ..layout import TIMELINE_FILE
 from .events import DecodedTrace, DecodeError, ShapeError, decode
 
 TRACE_SUFFIXES = (".json.gz", ".json")
@@ -83,7 +83,7 @@ def discover_traces(path: Path) -> list[Path]:
 
     Only the top level of the trace folder is used (as HTA does); `traces/.tmp/` partial files and
     the extra profiler cycles in `traces/cycle-<k>/` are never mixed in, nor our own merged timeline
-    (outputs/layout.TIMELINE_FILE: an analysis written into the trace folder by an older version).
+    (analysis/layout.TIMELINE_FILE: an analysis written into the trace folder by an older version).
     """
     path = Path(path)
     traces = RunDir(path).traces_dir

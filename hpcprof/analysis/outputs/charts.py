@@ -16,12 +16,12 @@ import multiprocessing as mp
 import os
 from pathlib import Path
 
-from ..executors.local import WorkerPool, stop_pool
+from ..pool import WorkerPool, stop_pool
 from ..reduce.crossrank import Reduced
 from ..reduce.memory_view import memory_view
 from ..reduce.whatif import NOISE_FLOOR_MS, REL_THRESHOLD
 from .chart_plan import ORDER
-from .layout import AnalysisDir
+from ..layout import AnalysisDir
 
 
 def _draw(chart: str, *args) -> None:
@@ -36,7 +36,7 @@ def _chart_worker_init() -> None:
     copy) the parent's pages in the chart process."""
     import gc
 
-    from ..executors.local import worker_init
+    from ..pool import worker_init
 
     gc.freeze()
     worker_init()

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..reduce.whatif import NO_STRAGGLER_TEXT
 from .htmlparts import esc, group_warnings, json_text, num, table
-from .layout import REPORT_FILE
+from ..layout import REPORT_FILE
 from .efficiency_section import efficiency_section
 from .gpu_section import gpu_summary_section
 from .slow_gpu_section import slow_gpu_section

@@ -1,7 +1,7 @@
 """summary.json: the analysis in one JSON document (docs/summary-json.md lists its fields).
 
 Built from the reduce's result; written atomically (a temporary file renamed into place), like every
-other file of the run directory, so a reader (or the memo in cache.py) never sees half of it.
+other file of the run directory, so a reader (or the memo, memo.py) never sees half of it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from ...rundir import atomic_write_text
 from ..reduce.crossrank import Reduced
-from .layout import AnalysisDir
+from ..layout import AnalysisDir
 
 PER_RANK_FIELDS = ("rank", "node", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_comp_overlap_pct",
                    "trace_step_time_ms", "host_data_loading_pct", "host_gap_pct", "whatif_cost_ms_per_step", "file",

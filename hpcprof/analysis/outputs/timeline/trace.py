@@ -52,7 +52,7 @@ import pandas as pd
 
 from ...progress import rank_bar
 from ...reduce.clocks import ClockAlignment
-from ..layout import TIMELINE_FILE
+from ...layout import TIMELINE_FILE
 from ..rounding import round_summary
 from .budget import DROP_ORDER, Counts
 from .gzip_out import gzip_out

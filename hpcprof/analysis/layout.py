@@ -1,6 +1,6 @@
 """The analysis output folder: every path and file name under ``<run>/analysis`` (or ``--out``).
 
-One place for the names, so the orchestrator, the memo in cache.py, the report and the notebook
+One place for the names, so the orchestrator, the memo (memo.py), the report and the notebook
 (``analysis/post_job.ipynb`` reads the same names) agree. docs/analysis.md "Outputs" lists what each holds.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import AnalysisError
+from .errors import AnalysisError
 
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
