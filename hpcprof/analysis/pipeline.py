@@ -258,7 +258,7 @@ def _reduce_and_write(src: Path, out: AnalysisDir, keep: dict[int, RankResult], 
         omitted: dict[str, str] = {}
         plots: dict[str, Path] = {}
 
-        def per_rank_charts(numbers) -> None:  # drawn while the what-if replay runs (16 ranks: 0.3 s of it)
+        def per_rank_charts(numbers) -> None:  # drawn while the what-if replay runs
             views.update(rank_views(keep))
             omitted.update(nothing_to_show(numbers, views, EARLY))
             plots.update(draw_charts(charts, numbers, out, views, omitted, EARLY))

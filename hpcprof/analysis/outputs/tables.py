@@ -71,7 +71,8 @@ def _write_parts(parts, tables: Path, name: str) -> None:
     first = True
     with open(tables / f"{name}.csv", "wb") as fh:
         for df in parts.frames():
-            # Arrow's CSV writer: 1.6 million rows at 256 ranks took pandas' to_csv 10 s
+            # Arrow's CSV writer: the rank-split tables of large jobs hold millions of rows, where
+            # pandas' to_csv takes seconds (benchmarks/README.md)
             c = pa.Table.from_pandas(csv_frame(name, df), preserve_index=False)
             if first:  # the header as pandas writes it (Arrow quotes every name)
                 fh.write((",".join(c.column_names) + "\n").encode())
