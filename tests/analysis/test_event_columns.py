@@ -77,12 +77,14 @@ def test_number_kind_uses_exact_types():
 
 
 JSON_MIXTURES = {k: v for k, v in MIXTURES.items() if k not in ("empty", "inf", "only NaN", "int and NaN", "text and NaN")}
+JSON_MIXTURES["beyond uint64 and float"] = (2 ** 70, 1.5)  # the float column of the departure above
 
 
 @pytest.mark.parametrize("values", list(JSON_MIXTURES.values()), ids=list(JSON_MIXTURES))
 def test_block_columns_equal_the_whole_decode(tmp_path, values):
     """The same mixtures as values of a top-level key (tid), of one of HTA's args (correlation) and
-    of one of ours (Seq), decoded one event per block and in one block: the table is the whole-file
+    of one of ours (Seq), and of the args whose JSON text the block decode keeps (events.TEXT_ARGS:
+    Input Dims, grid), decoded one event per block and in one block: the table is the whole-file
     decode's, column by column (values and dtypes)."""
     import json
 
@@ -90,7 +92,7 @@ def test_block_columns_equal_the_whole_decode(tmp_path, values):
     from hpcprof.analysis.decode.load import read_bytes, read_trace
     from hpcprof.analysis.decode.stream import split_table
 
-    events = [{"ph": "X", "name": "op", "ts": i, "dur": 1, "pid": 1, "tid": v, "args": {"correlation": v, "Seq": v}}
+    events = [{"ph": "X", "name": "op", "ts": i, "dur": 1, "pid": 1, "tid": v, "args": {"correlation": v, "Seq": v, "Input Dims": v, "grid": v}}
               for i, v in enumerate(values)]
     events.append({"ph": "X", "name": "op", "ts": 99, "dur": 1, "pid": 1})  # keys missing: NaN / defaults
     p = tmp_path / "mix.json"

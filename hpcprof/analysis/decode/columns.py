@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from .events import (
-    _ARGS_FIELDS, _EVENT_FIELDS, _NO_ARGS, DROPPED_KEYS, HTA_ARGS, NAN, OBJECT_KEYS, OWN_ARGS, TOP_LEVEL, categories,
-    number_kind,
+    _ARGS_FIELDS, _EVENT_FIELDS, _NO_ARGS, _NO_BLOCK_ARGS, DROPPED_KEYS, HTA_ARGS, NAN, OBJECT_KEYS, OWN_ARGS, TEXT_ARGS,
+    TOP_LEVEL, _BlockEvent, categories, number_kind,
 )
 
 _ENC = msgspec.json.Encoder()
@@ -39,6 +39,14 @@ def _intern(seen: dict, v):
     return v
 
 
+class _Decoded(dict):
+    """JSON text -> its value, decoded on first use: one decode and one object per distinct text."""
+
+    def __missing__(self, text: bytes):
+        value = self[text] = msgspec.json.decode(text)
+        return value
+
+
 _BY_VALUE = frozenset((str, int, type(None)))
 _BY_VALUE_OR_FLOAT = frozenset((str, type(None), float))
 
@@ -51,6 +59,7 @@ class _Columns:
         self.args: dict[str, list] = {n: [] for n in _ARGS_FIELDS}
         self.has_args: list[np.ndarray] = []
         self.interned: dict[str, dict] = {}
+        self.decoded: dict[str, _Decoded] = {n: _Decoded() for n in TEXT_ARGS}
         self.n = 0
 
     def _compact(self, name: str, values: tuple):
@@ -82,9 +91,18 @@ class _Columns:
             return np.fromiter(map(seen.setdefault, map(_ENC.encode, values), values), dtype=object, count=n)
         return np.fromiter((_intern(seen, v) for v in values), dtype=object, count=n)
 
+    def _from_text(self, name: str, texts: tuple):
+        """`_compact` of the values of a TEXT_ARGS column whose JSON texts the decoder kept."""
+        values = tuple(map(self.decoded[name].__getitem__, map(bytes, texts)))
+        if number_kind(values) is None:  # every such column `_compact` keeps as its values' objects
+            return np.fromiter(values, dtype=object, count=len(values))
+        return self._compact(name, values)
+
     def add(self, events: list) -> None:
+        """Add a block's records: _BlockEvent from the block decoders, or _Event (loose_events)."""
         if not events:
             return
+        texts = type(events[0]) is _BlockEvent
         top = dict(zip(_EVENT_FIELDS, zip(*map(msgspec.structs.astuple, events))))
         del events
         for k in self.top:
@@ -96,11 +114,12 @@ class _Columns:
         if not has.all():
             a = list(a)
             for i in np.flatnonzero(~has).tolist():
-                a[i] = _NO_ARGS
+                a[i] = _NO_BLOCK_ARGS if texts else _NO_ARGS
         args = dict(zip(_ARGS_FIELDS, zip(*map(msgspec.structs.astuple, a))))
         del a
         for k in self.args:
-            self.args[k].append(self._compact(k, args.pop(k)))
+            values = args.pop(k)
+            self.args[k].append(self._from_text(k, values) if texts and k in TEXT_ARGS else self._compact(k, values))
         self.n += len(has)
 
     @staticmethod

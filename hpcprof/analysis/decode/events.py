@@ -108,6 +108,27 @@ _TYPED = msgspec.json.Decoder(_Doc)
 _EVENT_FIELDS = _Event.__struct_fields__
 _ARGS_FIELDS = _Args.__struct_fields__
 
+# args whose values are lists (an operator's input dims, types, strides and scalars; a kernel's grid
+# and block), repeated through the trace: the block decoders (stream.py) keep each one's JSON text
+# (msgspec.Raw, absent keys the text of their default) and columns.py decodes each distinct text
+# once, instead of msgspec building the same nested lists for every event
+TEXT_ARGS = frozenset(("input_dims", "input_type", "input_strides", "concrete_inputs", "grid", "block"))
+
+
+def _arg_field(name: str, raw: str, default):
+    if name in TEXT_ARGS:
+        return (name, msgspec.Raw, msgspec.field(default=msgspec.Raw(msgspec.json.encode(default)), name=raw))
+    return (name, Any, msgspec.field(default=default, name=raw))
+
+
+_BlockArgs = msgspec.defstruct(
+    "_BlockArgs",
+    [_arg_field(name, raw, default) for name, raw, default in HTA_ARGS] + [_arg_field(name, raw, None) for name, raw in OWN_ARGS],
+    gc=False,
+)
+_NO_BLOCK_ARGS = _BlockArgs()
+_BlockEvent = msgspec.defstruct("_BlockEvent", [(k, Any, NAN) for k in TOP_LEVEL] + [("args", _BlockArgs | None, None)], gc=False)
+
 
 class DecodeError(ValueError):
     """The bytes are not a JSON document (message from the decoder, with its position)."""

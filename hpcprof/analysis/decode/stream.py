@@ -30,7 +30,7 @@ import pandas as pd
 
 from .columns import _Columns
 from .counted import Limited, Tee, TextLimit
-from .events import META_KEYS, DecodedTrace, _Doc, _Event, event_table, loose_events, raise_if_not_utf8
+from .events import META_KEYS, DecodedTrace, _BlockEvent, _Doc, event_table, loose_events, raise_if_not_utf8
 
 STREAM_MIN_BYTES = 256 << 20
 """Files whose JSON is larger than this (a .gz counted at 8x its size, or found larger once
@@ -41,7 +41,7 @@ MAX_HELD = 64 << 20
 before the array, and after it): a profiler's events are far smaller; a file of spaces or of one
 endless string is refused here, not held whole (issue 37, item 12)."""
 GZ_RATIO = 8
-_EVENTS = msgspec.json.Decoder(list[_Event])
+_EVENTS = msgspec.json.Decoder(list[_BlockEvent])
 _META = msgspec.json.Decoder(_Doc)
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _LUT = np.zeros(256, dtype=np.int8)
