@@ -91,12 +91,10 @@ class _Columns:
             return np.fromiter(map(seen.setdefault, map(_ENC.encode, values), values), dtype=object, count=n)
         return np.fromiter((_intern(seen, v) for v in values), dtype=object, count=n)
 
-    def _from_text(self, name: str, texts: tuple):
-        """`_compact` of the values of a TEXT_ARGS column whose JSON texts the decoder kept."""
-        values = tuple(map(self.decoded[name].__getitem__, map(bytes, texts)))
-        if number_kind(values) is None:  # every such column `_compact` keeps as its values' objects
-            return np.fromiter(values, dtype=object, count=len(values))
-        return self._compact(name, values)
+    def _from_text(self, name: str, texts: tuple) -> np.ndarray:
+        """The values of a TEXT_ARGS column whose JSON texts the decoder kept, as objects (one per
+        distinct text): `_join` infers the column's dtype from the values, as for any object piece."""
+        return np.fromiter(map(self.decoded[name].__getitem__, map(bytes, texts)), dtype=object, count=len(texts))
 
     def add(self, events: list) -> None:
         """Add a block's records: _BlockEvent from the block decoders, or _Event (loose_events)."""

@@ -89,25 +89,6 @@ META_KEYS = (
 )
 
 
-# the records' types are generated from the tables above, so the field lists live in one place
-_Args = msgspec.defstruct(
-    "_Args",
-    [(name, Any, msgspec.field(default=default, name=raw)) for name, raw, default in HTA_ARGS]
-    + [(name, Any, msgspec.field(default=None, name=raw)) for name, raw in OWN_ARGS],
-    gc=False,
-)
-_NO_ARGS = _Args()
-
-
-# a top-level key an event lacks is NaN (as in pandas.DataFrame(traceEvents)); args None: no args
-_Event = msgspec.defstruct("_Event", [(k, Any, NAN) for k in TOP_LEVEL] + [("args", _Args | None, None)], gc=False)
-_Doc = msgspec.defstruct("_Doc", [("traceEvents", list[_Event])] + [(k, Any, None) for k in META_KEYS])
-_TYPED = msgspec.json.Decoder(_Doc)
-
-
-_EVENT_FIELDS = _Event.__struct_fields__
-_ARGS_FIELDS = _Args.__struct_fields__
-
 # args whose values are lists (an operator's input dims, types, strides and scalars; a kernel's grid
 # and block), repeated through the trace: the block decoders (stream.py) keep each one's JSON text
 # (msgspec.Raw, absent keys the text of their default) and columns.py decodes each distinct text
@@ -115,19 +96,31 @@ _ARGS_FIELDS = _Args.__struct_fields__
 TEXT_ARGS = frozenset(("input_dims", "input_type", "input_strides", "concrete_inputs", "grid", "block"))
 
 
-def _arg_field(name: str, raw: str, default):
-    if name in TEXT_ARGS:
-        return (name, msgspec.Raw, msgspec.field(default=msgspec.Raw(msgspec.json.encode(default)), name=raw))
-    return (name, Any, msgspec.field(default=default, name=raw))
+def _record_types(prefix: str, text_args=frozenset()):
+    """(args type, event type) of the records, generated from the tables above, so the field lists
+    live in one place and every pair of types has the same fields in the same order. `text_args`:
+    the args kept as their JSON text."""
+
+    def arg(name: str, raw: str, default):
+        if name in text_args:
+            return (name, msgspec.Raw, msgspec.field(default=msgspec.Raw(msgspec.json.encode(default)), name=raw))
+        return (name, Any, msgspec.field(default=default, name=raw))
+
+    args = msgspec.defstruct(f"{prefix}Args", [arg(name, raw, default) for name, raw, default in HTA_ARGS]
+                             + [arg(name, raw, None) for name, raw in OWN_ARGS], gc=False)
+    # a top-level key an event lacks is NaN (as in pandas.DataFrame(traceEvents)); args None: no args
+    event = msgspec.defstruct(f"{prefix}Event", [(k, Any, NAN) for k in TOP_LEVEL] + [("args", args | None, None)], gc=False)
+    return args, event
 
 
-_BlockArgs = msgspec.defstruct(
-    "_BlockArgs",
-    [_arg_field(name, raw, default) for name, raw, default in HTA_ARGS] + [_arg_field(name, raw, None) for name, raw in OWN_ARGS],
-    gc=False,
-)
-_NO_BLOCK_ARGS = _BlockArgs()
-_BlockEvent = msgspec.defstruct("_BlockEvent", [(k, Any, NAN) for k in TOP_LEVEL] + [("args", _BlockArgs | None, None)], gc=False)
+_Args, _Event = _record_types("_")  # the whole-file decode: every value as the Python object it is
+_BlockArgs, _BlockEvent = _record_types("_Block", TEXT_ARGS)  # the block decoders (stream.py)
+_NO_ARGS, _NO_BLOCK_ARGS = _Args(), _BlockArgs()
+_Doc = msgspec.defstruct("_Doc", [("traceEvents", list[_Event])] + [(k, Any, None) for k in META_KEYS])
+_TYPED = msgspec.json.Decoder(_Doc)
+
+_EVENT_FIELDS = _Event.__struct_fields__
+_ARGS_FIELDS = _Args.__struct_fields__
 
 
 class DecodeError(ValueError):
