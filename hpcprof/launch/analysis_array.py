@@ -36,7 +36,7 @@ from ..analysis.ranks.mapper import analyze_rank
 from ..analysis.ranks.result import RankResult
 from ..spec.cli import add_resource_arguments, resources_from_args
 from ..spec.resources import SlurmResources
-from .executors import make_executor
+from .executors import RESULT_GRACE_S, make_executor, missing_result
 
 #: Seconds between two looks at the array tasks while waiting.
 POLL_S = 1.0
@@ -165,7 +165,7 @@ def _failure(job, exc: BaseException) -> str:
     (CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL: a task cancelled before it started has no log to
     read), the last line submitit gave, and the log."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    # submitit puts the task's traceback (or "has not produced any output (state: X)") in the message
+    # submitit puts the task's traceback in the message; a task without a result file: its log's last line
     tail = lines[-1] if lines else type(exc).__name__
     if len(tail) > 300:
         tail = tail[:300] + "..."
@@ -250,14 +250,22 @@ def map_on_slurm(
     results: list[RankResult] = []
     pending = dict(enumerate(jobs))
     gone = _GoneTasks(array_id)
+    ended: dict[int, float] = {}  # when each task was first seen ended without its result file
     bar = tqdm(total=n, desc=f"hpcprof: SLURM array {array_id}", unit="task", disable=not progress, file=sys.stderr)
     try:
         while pending:
             for i, job in list(pending.items()):
                 if not job.done():
                     continue
+                # a task that left no result file is failed once its file has had its time to show
+                # (one wait per task, beside the others: submitit's result() would hold the loop)
+                missing = missing_result(job)
+                if missing is not None and time.monotonic() - ended.setdefault(i, time.monotonic()) < RESULT_GRACE_S["slurm"]:
+                    continue
                 del pending[i]
                 try:
+                    if missing is not None:
+                        raise RuntimeError(missing)
                     res = job.result()
                 except Exception as exc:
                     why = _failure(job, exc)

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -84,6 +85,36 @@ def make_executor(resources: SlurmResources, cluster: str, folder: str | Path, p
     ex = submitit.AutoExecutor(folder=str(folder), cluster=cluster, **kwargs)
     ex.update_parameters(**resources.submitit_parameters(cluster), **params)
     return ex
+
+
+# ------------------------------------------------------------------------------------ results
+RESULT_GRACE_S = {"local": 0.0, "slurm": 15.0}
+"""How long an ended job's result files may take to show, by executor: a local task writes its file
+before its process exits; on a cluster a shared file system can show it seconds after SLURM says the
+task ended (submitit waits 15 s for it). One wait for the whole job: submitit's ``result()`` waits
+that long again for each task that left no file (a rank killed, hung or gone by ``os._exit``), which
+made a failed 16-rank job report four minutes after its ranks had ended."""
+
+
+def wait_for_results(tasks: list, grace_s: float) -> None:
+    """Return once every ended task of ``tasks`` (submitit jobs) has its result file, or after
+    ``grace_s``, whichever comes first."""
+    deadline = time.monotonic() + grace_s
+    while not all(t.paths.result_pickle.exists() for t in tasks) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def missing_result(task) -> str | None:
+    """None where the ended submitit job ``task`` left its result file (its ``result()`` then answers
+    at once, its value or its error); else the one line that says why it left none, as submitit's
+    error for it would end: the last line of its stderr log, else of its stdout log."""
+    if task.paths.result_pickle.exists():
+        return None
+    for text in (task.stderr(), task.stdout()):
+        lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+        if lines:
+            return lines[-1]
+    return f"job {task.job_id} ended without a result or any output"
 
 
 CONTROLLER_LOG = "submitit-controller.log"

@@ -38,7 +38,8 @@ from ..rundir import manifest as run_manifest
 from ..cliparser import ArgumentParser, run_guarded
 from ..spec import JobSpec, SpecError, add_spec_arguments, spec_from_args, split_passthrough, validate_run_name
 from ..slurm.geometry import LaunchError, geometry_warnings, resolve_resources
-from .executors import choose_executor, local_controller_apart, make_executor
+from .executors import (RESULT_GRACE_S, choose_executor, local_controller_apart, make_executor, missing_result,
+                        wait_for_results)
 from .outcome import (Interrupted, end_leftovers, ended_by_scheduler, quiet_pdb, record_outcome, refuse_existing,
                       remove_never_started, signals_ignored, signals_raise, stop_local_job, submission_error)
 from .rank_report import EXIT_FAILED, EXIT_OK, last_step, report_ranks
@@ -176,15 +177,24 @@ def _debug_outcome(launch_: Launch) -> dict[str, Any]:
     return out
 
 
-def _rank_outcome(launch_: Launch, rank: int) -> dict[str, Any]:
-    task = launch_.job.task(rank)
-    out: dict[str, Any] = {"rank": rank, "log": str(task.paths.stderr)}
-    try:
-        result = task.result()
-        out.update(status="ok", result=result)
-    except Exception as exc:  # submitit raises FailedJobError / UncompletedJobError with the traceback text
-        out.update(status="failed", error=str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else repr(exc))
-    return out
+def _rank_outcomes(launch_: Launch) -> list[dict[str, Any]]:
+    """Each rank's status, log and error, once the job has ended: a rank that left no result file
+    (killed, hung, gone by os._exit) is failed at once, not after submitit's wait for its file."""
+    tasks = [launch_.job.task(rank) for rank in range(launch_.world_size)]
+    wait_for_results(tasks, RESULT_GRACE_S.get(launch_.executor, 0.0))
+    outcomes = []
+    for rank, task in enumerate(tasks):
+        out: dict[str, Any] = {"rank": rank, "log": str(task.paths.stderr)}
+        missing = missing_result(task)
+        if missing is not None:
+            out.update(status="failed", error=missing[:300])
+        else:
+            try:
+                out.update(status="ok", result=task.result())
+            except Exception as exc:  # submitit raises FailedJobError with the traceback text
+                out.update(status="failed", error=str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else repr(exc))
+        outcomes.append(out)
+    return outcomes
 
 
 def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
@@ -202,7 +212,7 @@ def wait(launch_: Launch, poll_s: float = 1.0, log=print) -> int:
             log(f"hpcprof: job {launch_.job.job_id} was ended by SLURM ({ended}) after {steps} step(s) on every rank; "
                 f"not a failure of the ranks. What they wrote stays in {run.root}")
             return EXIT_FAILED
-        outcomes = [_rank_outcome(launch_, r) for r in range(launch_.world_size)]
+        outcomes = _rank_outcomes(launch_)
     return report_ranks(run, launch_.executor, launch_.job.job_id, launch_.world_size, outcomes, log)
 
 
