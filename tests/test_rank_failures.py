@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -95,15 +96,20 @@ def test_a_rank_that_calls_sys_exit_is_named_with_its_exit_code_and_leaves_a_not
 
 def test_a_rank_that_calls_os_exit_is_named_with_its_exit_code(tmp_path):
     """Issue 37 item 2, os._exit(7): no Python runs, so no failure note; the exit code reaches submit
-    through the witness that started the rank (hpcprof.witness), and SIGKILL is not given as a cause."""
+    through the witness that started the rank (hpcprof.witness), and SIGKILL is not given as a cause.
+    Such a rank leaves submitit no result file: submit reports once the last rank has ended, not after
+    submitit's 15 s wait for that file (a behaviour bound, 10 s: the report itself takes under one)."""
     proc = _submit(tmp_path, EXITING_RANK.replace("{exit}", "os._exit(7)"), "--name", "exit7", "--train-steps", "8",
                    "--train-pg-timeout-s", "60")
+    returned = time.time()
     assert proc.returncode == 1, proc.stdout + proc.stderr
     blame = _blame_line(proc)
     assert blame.startswith("hpcprof: rank 1 on node") and "at step 3" in blame, proc.stdout
     assert "exited with code 7 without a failure note: os._exit(7)" in blame and "SIGKILL" not in blame, blame
     run = RunDir(tmp_path / "runs" / "exit7")
     assert run.read_exit(1)["exit_code"] == 7
+    last_exit = max(run.read_exit(r)["time"] for r in (0, 1))
+    assert returned - last_exit < 10, f"submit returned {returned - last_exit:.1f} s after the last rank ended"
     first = run.read_manifest()["outcome"]["first_failure"]
     assert first["rank"] == 1 and "exited with code 7" in first["error"]
 
