@@ -98,9 +98,14 @@ made a failed 16-rank job report four minutes after its ranks had ended."""
 
 def wait_for_results(tasks: list, grace_s: float) -> None:
     """Return once every ended task of ``tasks`` (submitit jobs) has its result file, or after
-    ``grace_s``, whichever comes first."""
+    ``grace_s``, whichever comes first. Each look first rewrites the log folders' mode unchanged, as
+    submitit does: an NFS client then reads the folder afresh instead of its cached listing."""
     deadline = time.monotonic() + grace_s
-    while not all(t.paths.result_pickle.exists() for t in tasks) and time.monotonic() < deadline:
+    while True:
+        for folder in {t.paths.folder for t in tasks}:
+            _reread(folder)
+        if all(t.paths.result_pickle.exists() for t in tasks) or time.monotonic() >= deadline:
+            return
         time.sleep(0.5)
 
 
@@ -108,6 +113,7 @@ def missing_result(task) -> str | None:
     """None where the ended submitit job ``task`` left its result file (its ``result()`` then answers
     at once, its value or its error); else the one line that says why it left none, as submitit's
     error for it would end: the last line of its stderr log, else of its stdout log."""
+    _reread(task.paths.folder)
     if task.paths.result_pickle.exists():
         return None
     for text in (task.stderr(), task.stdout()):
@@ -115,6 +121,11 @@ def missing_result(task) -> str | None:
         if lines:
             return lines[-1]
     return f"job {task.job_id} ended without a result or any output"
+
+
+def _reread(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        folder.chmod(folder.stat().st_mode)
 
 
 CONTROLLER_LOG = "submitit-controller.log"
