@@ -160,13 +160,13 @@ def _cached_state(job) -> str:
         return "UNKNOWN"
 
 
-def _failure(job, exc: BaseException) -> str:
+def _failure(job, said: str) -> str:
     """One line for a task that ended without a result: SLURM's state for it where sacct knows one
     (CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL: a task cancelled before it started has no log to
-    read), the last line submitit gave, and the log."""
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    # submitit puts the task's traceback in the message; a task without a result file: its log's last line
-    tail = lines[-1] if lines else type(exc).__name__
+    read), the last line of what ``said`` why (submitit's error, which ends with the task's traceback,
+    or :func:`missing_result`), and the log."""
+    lines = [ln.strip() for ln in said.strip().splitlines() if ln.strip()]
+    tail = lines[-1] if lines else "no reason given"
     if len(tail) > 300:
         tail = tail[:300] + "..."
     state = _cached_state(job)
@@ -259,16 +259,17 @@ def map_on_slurm(
                     continue
                 # a task that left no result file is failed once its file has had its time to show
                 # (one wait per task, beside the others: submitit's result() would hold the loop)
-                missing = missing_result(job)
-                if missing is not None and time.monotonic() - ended.setdefault(i, time.monotonic()) < RESULT_GRACE_S["slurm"]:
+                reason = missing_result(job)
+                if reason is not None and time.monotonic() - ended.setdefault(i, time.monotonic()) < RESULT_GRACE_S["slurm"]:
                     continue
                 del pending[i]
-                try:
-                    if missing is not None:
-                        raise RuntimeError(missing)
-                    res = job.result()
-                except Exception as exc:
-                    why = _failure(job, exc)
+                if reason is None:
+                    try:
+                        res = job.result()
+                    except Exception as exc:
+                        reason = str(exc) or type(exc).__name__
+                if reason is not None:
+                    why = _failure(job, reason)
                     res = [RankResult.failed(p, f"{Path(p).name}: {why}") for p in chunks[i]]
                 results.extend(res)
                 bar.update()
