@@ -19,12 +19,16 @@ Definitions (also in docs/analysis.md, "Numbers and definitions"):
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pandas as pd
 
 from .comm_kernels import Names, one_of
 
 TOP_OPERATORS = 30
+WALK_CHUNK = 1 << 16
+"""Steps of `_walk` whose inputs are Python values at a time."""
 GPU_CATS = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
 _TEXT = pd.Series(np.array(["x"], dtype=object)).dtype
@@ -112,27 +116,32 @@ def _walk(tid: np.ndarray, t0: np.ndarray, op: np.ndarray, g: np.ndarray, op_end
     """(host self, device total, device self) per operator, from the walk (in walk order: thread code,
     start, operator index or -1 for a runtime call, GPU time that call launched): a stack of the
     thread's open operators; an operator's duration is taken from its parent's host self time, a
-    runtime call's GPU time goes to every open operator (total) and the innermost (self)."""
-    n_ops = op_end.size
-    dur_l = op_dur.tolist()
-    host_self_l = list(dur_l)
-    dev_total_l = [0.0] * n_ops
-    dev_self_l = [0.0] * n_ops
-    end_l = op_end.tolist()
+    runtime call's GPU time goes to every open operator (total) and the innermost (self).
+
+    The walk is a Python loop (each step depends on the stack); its per-operator figures are kept as
+    C doubles (`array`), not as lists of Python floats, and the walk's inputs become Python values
+    WALK_CHUNK at a time: lists of every value (a pointer and a float object, 32 bytes a value) were
+    most of the peak memory of a large rank's analysis. The same operations in the same order: the
+    same sums."""
+    durations = op_dur.astype(np.float64).tobytes()
+    dur, host_self, end = array("d", durations), array("d", durations), array("d", op_end.astype(np.float64).tobytes())
+    dev_total, dev_self = array("d", bytes(8 * op_end.size)), array("d", bytes(8 * op_end.size))
     prev_tid = None
     stack: list[int] = []
-    for tc, t, k, gk in zip(tid.tolist(), t0.tolist(), op.tolist(), g.tolist()):
-        if tc != prev_tid:
-            stack = []
-            prev_tid = tc
-        while stack and end_l[stack[-1]] <= t:
-            stack.pop()
-        if k >= 0:
-            if stack:
-                host_self_l[stack[-1]] -= dur_l[k]
-            stack.append(k)
-        elif gk and stack:
-            dev_self_l[stack[-1]] += gk
-            for j in stack:
-                dev_total_l[j] += gk
-    return np.array(host_self_l), np.array(dev_total_l), np.array(dev_self_l)
+    for lo in range(0, tid.size, WALK_CHUNK):
+        hi = lo + WALK_CHUNK
+        for tc, t, k, gk in zip(tid[lo:hi].tolist(), t0[lo:hi].tolist(), op[lo:hi].tolist(), g[lo:hi].tolist()):
+            if tc != prev_tid:
+                stack = []
+                prev_tid = tc
+            while stack and end[stack[-1]] <= t:
+                stack.pop()
+            if k >= 0:
+                if stack:
+                    host_self[stack[-1]] -= dur[k]
+                stack.append(k)
+            elif gk and stack:
+                dev_self[stack[-1]] += gk
+                for j in stack:
+                    dev_total[j] += gk
+    return tuple(np.frombuffer(a, dtype=np.float64).copy() for a in (host_self, dev_total, dev_self))
