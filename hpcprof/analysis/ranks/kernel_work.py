@@ -48,12 +48,15 @@ def kernel_work_table(table: pd.DataFrame, names: Names | None = None, cats: Nam
         return empty
     names = names if names is not None else Names.column(table, "name", n)
     cats = cats if cats is not None else Names.column(table, "cat", n)
-    ts = pd.to_numeric(table["ts"], errors="coerce").to_numpy(dtype=float)
-    dur = pd.to_numeric(table["dur"], errors="coerce").to_numpy(dtype=float)
-    complete = (table["ph"] == "X").to_numpy(dtype=bool, na_value=False) & np.isfinite(ts) & np.isfinite(dur)
-    kernel = complete & cats.where(one_of(KERNEL_CATS)) & names.where(lambda v: isinstance(v, str))
-    if not kernel.any():
+    # complete kernel events with a start and a duration; the times read at those rows only
+    cand = np.flatnonzero((table["ph"] == "X").to_numpy(dtype=bool, na_value=False) & cats.where(one_of(KERNEL_CATS))
+                          & names.where(lambda v: isinstance(v, str)))
+    ts, dur = (pd.to_numeric(table[c].iloc[cand], errors="coerce").to_numpy(dtype=float) for c in ("ts", "dur"))
+    timed = np.isfinite(ts) & np.isfinite(dur)
+    if not timed.any():
         return empty
+    kernel = np.zeros(n, dtype=bool)
+    kernel[cand[timed]] = True
     if comm is None or len(comm) != n:
         comm = classify(table, kernel, names=names, cats=cats).mask
     rows = np.flatnonzero(kernel & ~comm)
@@ -62,13 +65,14 @@ def kernel_work_table(table: pd.DataFrame, names: Names | None = None, cats: Nam
     def col(c):
         if c not in table:
             return np.full(rows.size, "", dtype=object)
-        values = table[c].to_numpy(dtype=object)[rows]
+        values = table[c].iloc[rows].to_numpy(dtype=object)  # the kernels' rows, not a copy of the column
         # one text per distinct list object: the decode keeps one object per distinct launch
         # dimension (decode/columns.py), and `values` keeps every object alive while its id is a key
         texts: dict[int, str] = {}
         return np.array([texts[i] if (i := id(v)) in texts else texts.setdefault(i, _dims(v)) for v in values], dtype=object)
 
-    df = pd.DataFrame({"name": names.values()[rows], "grid": col("grid"), "block": col("block"), "dur": dur[rows]})
+    df = pd.DataFrame({"name": names.take(rows).values(), "grid": col("grid"), "block": col("block"),
+                       "dur": dur[np.searchsorted(cand, rows)]})
     g = df.groupby(["name", "grid", "block"], sort=True)["dur"].agg(["count", "sum"]).reset_index()
     g = g.rename(columns={"sum": "total_us"})
     g["key"] = g["name"] + "|" + g["grid"] + "|" + g["block"]
