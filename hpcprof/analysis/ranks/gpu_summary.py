@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .comm_kernels import Names
+
 ROLES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
 """The breakdown's roles in the plugin's order of precedence (ProfileRole); "other" is the rest."""
 GPU_ROLES = ("kernel", "memcpy", "memset", "runtime")
@@ -107,49 +109,53 @@ def _num(col: pd.Series) -> np.ndarray:
     return pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
 
 
-def _kinds(table: pd.DataFrame) -> np.ndarray:
-    """The plugin's type of each event (-1: an event it leaves out of these figures)."""
-    cat = table["cat"].astype("string").str.lower().fillna("")
-    name = table["name"].astype("string").fillna("")
-    kind = cat.map(_CAT_KIND).fillna(-1).to_numpy(dtype=np.int64)
-    step = name.str.startswith("ProfilerStep#").to_numpy(dtype=bool)
-    ann = cat.isin(_ANNOTATION).to_numpy(dtype=bool)
-    comm = name.isin(COMM_NAMES).to_numpy(dtype=bool)
+def _kinds(table: pd.DataFrame, names: Names, cats: Names) -> np.ndarray:
+    """The plugin's type of each event (-1: an event it leaves out of these figures). `names`, `cats`:
+    the name and category columns factorized: each test runs once per distinct value, as text
+    (categories compared in lower case), a missing value being the empty text."""
+    kind = np.array([_CAT_KIND.get(str(u).lower(), -1) for u in cats.uniq] + [-1], dtype=np.int64)[cats.codes]
+    step = names.where(lambda u: str(u).startswith("ProfilerStep#"))
+    ann = cats.where(lambda u: str(u).lower() in _ANNOTATION)
+    comm = names.where(lambda u: str(u) in COMM_NAMES)
     kind[ann] = -1
     kind[ann & comm] = ANN_COMM
     kind[(ann | (kind == OP)) & step] = STEP
-    kind[(table["ph"].astype("string") != "X").to_numpy(dtype=bool)] = -1
+    kind[~(table["ph"] == "X").to_numpy(dtype=bool)] = -1
     return kind
+
+
+def _is_loader(name) -> bool:
+    s = str(name)
+    return (s.startswith("enumerate(DataLoader)#") and s.endswith(".__next__")) or s.startswith("enumerate(DataPipe)#")
 
 
 class _Events:
     """The columns of the events the plugin reads, sorted by start as the plugin sorts them."""
 
-    def __init__(self, table: pd.DataFrame):
-        kind = _kinds(table)
+    def __init__(self, table: pd.DataFrame, names: Names, cats: Names):
+        kind = _kinds(table, names, cats)
         keep = np.flatnonzero(kind >= 0)
-        t = table.iloc[keep]
-        ts = pd.to_numeric(t["ts"], errors="coerce").to_numpy(dtype=np.float64)
+
+        def col(c: str, rows: np.ndarray) -> np.ndarray:
+            """Column `c` at `rows` as floats (NaN where missing), one column at a time: a copy of
+            the table's rows was most of a 1 GB rank's peak memory."""
+            return _num(table[c].iloc[rows]) if c in table else np.full(rows.size, np.nan)
+
+        ts = col("ts", keep)
         order = np.argsort(ts, kind="stable")
-        self.kind = kind[keep][order]
+        rows = keep[order]
+        self.kind = kind[rows]
         self.ts = ts[order]
-        self.end = self.ts + np.nan_to_num(pd.to_numeric(t["dur"], errors="coerce").to_numpy(dtype=np.float64))[order]
-        name = t["name"].astype("string").fillna("")
-        self.names = name.iloc[order].reset_index(drop=True)  # pandas' vectorised text methods
-        self.name = self.names.to_numpy(dtype=object)
-        self.comm_name = name.isin(COMM_NAMES).to_numpy(dtype=bool)[order]
-        self.loader = ((name.str.startswith("enumerate(DataLoader)#") & name.str.endswith(".__next__"))
-                       | name.str.startswith("enumerate(DataPipe)#")).to_numpy(dtype=bool)[order]
-        ext = _num(t["external_id_lc"]) if "external_id_lc" in t else np.full(len(t), np.nan)
-        ext_up = _num(t["external_id"])
+        self.end = self.ts + np.nan_to_num(col("dur", rows))
+        self.names = names.take(rows)
+        self.comm_name = self.names.where(lambda u: str(u) in COMM_NAMES)
+        self.loader = self.names.where(_is_loader)
+        ext, ext_up = col("external_id_lc", rows), col("external_id", rows)
         ext_up[ext_up == -1] = np.nan  # the decode's default for a missing "External id"
-        self.ext = np.where(np.isnan(ext), ext_up, ext)[order]
-        corr = _num(t["correlation"])
-        corr[corr == -1] = np.nan
-        self.corr = corr[order]
-        self.blocks = _num(t["blocks_per_sm"])[order]
-        self.occ = _num(t["occupancy_pct"])[order]
-        self.device = _num(t["device"])[order]
+        self.ext = np.where(np.isnan(ext), ext_up, ext)
+        self.corr = col("correlation", rows)
+        self.corr[self.corr == -1] = np.nan
+        self.blocks, self.occ, self.device = (col(c, rows) for c in ("blocks_per_sm", "occupancy_pct", "device"))
 
 
 def _roles(ev: _Events) -> tuple[dict[str, tuple], list[tuple[float, float]]]:
@@ -177,7 +183,9 @@ def _roles(ev: _Events) -> tuple[dict[str, tuple], list[tuple[float, float]]]:
 def _device_steps(ev: _Events, steps: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The steps moved to the device side (StepParser._find_device_steps, _update_steps_duration)."""
     dev = np.flatnonzero(np.isin(ev.kind, (K, MC, MS)))
-    ts, end, corr = ev.ts.tolist(), ev.end.tolist(), ev.corr.tolist()  # Python floats: the loops below are per event
+    # the loops below are per event: each value read as a Python float from a view of the array
+    # (lists of every value were most of a 1 GB rank's peak memory)
+    ts, end, corr = (memoryview(np.ascontiguousarray(a, dtype=np.float64)) for a in (ev.ts, ev.end, ev.corr))
     by_corr: dict[float, list[int]] = {}
     for i in dev.tolist():
         if not math.isnan(corr[i]):
@@ -269,21 +277,24 @@ def _tc_kernels(ev: _Events, kern: np.ndarray) -> np.ndarray:
     ties to an operator (same external id) that its operator statistics list (a `cpu_op` that is no
     DataLoader step, no `Optimizer.*` and no (Distributed)DataParallel.forward); the launches it puts
     under the root of its tree (no such operator) do not count."""
-    name = ev.names
-    listed = (ev.kind == OP) & ~ev.loader & ~name.str.startswith("Optimizer.").to_numpy(dtype=bool) \
-        & ~name.isin(("DataParallel.forward", "DistributedDataParallel.forward")).to_numpy(dtype=bool)
+    listed = (ev.kind == OP) & ~ev.loader & ~ev.names.where(
+        lambda u: str(u).startswith("Optimizer.") or str(u) in ("DataParallel.forward", "DistributedDataParallel.forward"))
     op_ext = ev.ext[listed]
     rt = np.flatnonzero(ev.kind == RT)
     tied = ev.corr[rt][np.isin(ev.ext[rt], op_ext[~np.isnan(op_ext)])]
     return kern[np.isin(ev.corr[kern], tied[~np.isnan(tied)])]
 
 
-def gpu_summary(table: pd.DataFrame, device_properties: list | None = None) -> dict[str, Any]:
+def gpu_summary(table: pd.DataFrame, device_properties: list | None = None, names: Names | None = None,
+                cats: Names | None = None) -> dict[str, Any]:
     """The plugin's GPU summary of one rank's event table: `figures` (percentages, None where the
     trace cannot give one), `reasons` (figure -> why it is None), `breakdown_us` / `breakdown_pct`
     (the average step's time per role), `steps`, `device` (the GPU's id, name and compute capability
-    from `deviceProperties`)."""
-    ev = _Events(table)
+    from `deviceProperties`). `names`, `cats`: the table's name and category columns factorized
+    (comm_kernels.Names), where the caller has them."""
+    n = len(table)
+    ev = _Events(table, names if names is not None else Names.column(table, "name", n),
+                 cats if cats is not None else Names.column(table, "cat", n))
     figures: dict[str, float | None] = {"gpu_utilization_pct": None, "sm_efficiency_pct": None,
                                         "achieved_occupancy_pct": None, "tensor_cores_pct": None}
     reasons: dict[str, str] = {}
@@ -338,9 +349,8 @@ def gpu_summary(table: pd.DataFrame, device_properties: list | None = None) -> d
     if len(tc):
         tc = tc[ev.device[tc] == gpu]
         dur = ev.end[tc] - ev.ts[tc]
-        codes, texts = pd.factorize(ev.names.iloc[tc])  # each distinct kernel name searched once
-        hit = pd.Series(texts, dtype=object).str.contains("|".join(map(re.escape, TC_PATTERNS)), regex=True).to_numpy(dtype=bool)
-        used = hit[codes]
+        tc_rx = re.compile("|".join(map(re.escape, TC_PATTERNS)))
+        used = ev.names.take(tc).where(lambda u: tc_rx.search(str(u)))  # each distinct kernel name searched once
         figures["tensor_cores_pct"] = 100.0 * float(dur[used].sum()) / float(dur.sum()) if dur.sum() > 0 else 0.0
     else:
         reasons["tensor_cores_pct"] = ("no kernel is tied to an operator through a `Runtime`-category launch with its "
@@ -364,11 +374,12 @@ BREAKDOWN = tuple(f"{r}_pct" for r in (*ROLES, "other"))
 """The step-time breakdown's shares of the average step, in percent, as summary.json names them."""
 
 
-def rank_gpu_summary(table: pd.DataFrame, device_properties: list | None = None) -> dict[str, Any]:
+def rank_gpu_summary(table: pd.DataFrame, device_properties: list | None = None, names: Names | None = None,
+                     cats: Names | None = None) -> dict[str, Any]:
     """`gpu_summary` as the flat record meta.json keeps (plain floats): the figures, the breakdown's
     shares (`*_pct`) and the average step (`step_time_us`), `profiled_steps`, `gpu_name`, and
     `null_reasons` (field -> one line) for every field that is None."""
-    g = gpu_summary(table, device_properties)
+    g = gpu_summary(table, device_properties, names, cats)
     rec: dict[str, Any] = {f: (None if g["figures"][f] is None else float(g["figures"][f])) for f in FIGURES}
     pct = g["breakdown_pct"] or {}
     for f in BREAKDOWN:

@@ -151,17 +151,17 @@ def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, sk
     except Exception as exc:
         eff = None
         warnings.append(f"{name} (rank {tm.rank}): no operator efficiency ({type(exc).__name__}: {exc})")
-    del names, cats
     if skipped:
         warnings.append(f"{name} (rank {tm.rank}): {skipped} entries of traceEvents are not JSON objects and were skipped")
     if dropped:
         warnings.append(dropped_warning(f"{name} (rank {tm.rank})", dropped))
 
     try:  # the profiler plugin's GPU summary (ranks/gpu_summary.py); never costs the rank
-        gsum = rank_gpu_summary(table, tm.device_properties)
+        gsum = rank_gpu_summary(table, tm.device_properties, names, cats)
     except Exception as exc:
         gsum = None
         warnings.append(f"{name} (rank {tm.rank}): no GPU summary ({type(exc).__name__}: {exc})")
+    del names, cats
     try:  # the profiler plugin's memory view (ranks/memory_view.py); never costs the rank
         mview = memory_view(table, tm.device_properties)
     except Exception as exc:
