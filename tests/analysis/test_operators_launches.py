@@ -62,3 +62,19 @@ def test_operator_calls_and_host_time_equal_the_raw_events(tmp_path, parse_cache
         # the operators that launch the most GPU time: on this communication-bound job, the NCCL ops
         top = mine["device_self_us"].idxmax()
         assert top in ("record_param_comms", "nccl:all_reduce", "nccl:all_to_all") or "nccl" in top.lower() or "comm" in top.lower(), top
+
+
+def test_operator_walk_in_chunks_gives_the_table_of_one_walk(monkeypatch):
+    """The operator walk turns its inputs into Python values WALK_CHUNK events at a time (the memory
+    of a large rank); each thread's stack of open operators carries from one chunk to the next, so
+    chunks of 3 events give every figure of the walk in one chunk, to the last bit."""
+    from hpcprof.analysis.decode.stream import read_event_table
+    from hpcprof.analysis.ranks import operators
+
+    trace = sorted(require(DLRM).iterdir())[0]
+    table = read_event_table(trace)[1]
+    whole = operators.operator_table(table)
+    monkeypatch.setattr(operators, "WALK_CHUNK", 3)
+    chunked = operators.operator_table(table)
+    assert len(whole) >= 20 and whole["device_self_us"].gt(0).any() and whole["host_self_us"].lt(whole["host_total_us"]).any()
+    pd.testing.assert_frame_equal(chunked, whole, check_exact=True)
