@@ -120,7 +120,7 @@ def _kinds(table: pd.DataFrame, names: Names, cats: Names) -> np.ndarray:
     kind[ann] = -1
     kind[ann & comm] = ANN_COMM
     kind[(ann | (kind == OP)) & step] = STEP
-    kind[~(table["ph"] == "X").to_numpy(dtype=bool)] = -1
+    kind[~(table["ph"] == "X").to_numpy(dtype=bool, na_value=False)] = -1
     return kind
 
 
