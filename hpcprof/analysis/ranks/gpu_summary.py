@@ -49,6 +49,7 @@ TC_PATTERNS = ("h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "dgra
                "first_layer_wgrad_kernel", "conv1x1", "conv2d_c1_k1", "direct_group", "xmma_implicit_gemm",
                "xmma_sparse_conv", "xmma_warp_specialized_implicit_gemm", "xmma_gemm", "xmma_sparse_gemm", "c1688")
 """Kernel-name parts the plugin takes as Tensor Core use (its TC_Allowlist, from NVIDIA PyProf)."""
+_TC_RX = re.compile("|".join(map(re.escape, TC_PATTERNS)))
 
 # event kinds, as the plugin types the categories (trace.EventTypeMap and create_trace_event)
 K, MC, MS, RT, OP, PY, STEP, ANN_COMM = range(8)
@@ -349,8 +350,7 @@ def gpu_summary(table: pd.DataFrame, device_properties: list | None = None, name
     if len(tc):
         tc = tc[ev.device[tc] == gpu]
         dur = ev.end[tc] - ev.ts[tc]
-        tc_rx = re.compile("|".join(map(re.escape, TC_PATTERNS)))
-        used = ev.names.take(tc).where(lambda u: tc_rx.search(str(u)))  # each distinct kernel name searched once
+        used = ev.names.take(tc).where(lambda u: _TC_RX.search(str(u)))  # each distinct kernel name searched once
         figures["tensor_cores_pct"] = 100.0 * float(dur[used].sum()) / float(dur.sum()) if dur.sum() > 0 else 0.0
     else:
         reasons["tensor_cores_pct"] = ("no kernel is tied to an operator through a `Runtime`-category launch with its "
