@@ -78,3 +78,38 @@ def test_operator_walk_in_chunks_gives_the_table_of_one_walk(monkeypatch):
     chunked = operators.operator_table(table)
     assert len(whole) >= 20 and whole["device_self_us"].gt(0).any() and whole["host_self_us"].lt(whole["host_total_us"]).any()
     pd.testing.assert_frame_equal(chunked, whole, check_exact=True)
+
+
+def test_operator_device_times_equal_the_raw_events_launches():
+    """Device time per operator from the raw events, by the definition (docs/analysis.md): each GPU
+    event is tied by its correlation id to the runtime call that launched it, and that call to every
+    cpu_op on its thread whose span contains its start (device total) and to the innermost of them,
+    the one that started last (device self)."""
+    from hpcprof.analysis.decode.stream import read_event_table
+    from hpcprof.analysis.ranks.operators import GPU_CATS, RUNTIME_CATS, operator_table
+
+    trace = sorted(require(DLRM).iterdir())[0]
+    events = [e for e in load_trace(trace)["traceEvents"] if e.get("ph") == "X" and "dur" in e]
+    gpu = defaultdict(float)
+    for e in events:
+        if e.get("cat") in GPU_CATS and e.get("args", {}).get("correlation", -1) >= 0:
+            gpu[e["args"]["correlation"]] += e["dur"]
+    ops_by_tid = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "cpu_op":
+            ops_by_tid[str(e["tid"])].append(e)
+    total, self_ = defaultdict(float), defaultdict(float)
+    for r in events:
+        g = gpu.get(r.get("args", {}).get("correlation", -1), 0.0) if r.get("cat") in RUNTIME_CATS else 0.0
+        if not g:
+            continue
+        open_ = [o for o in ops_by_tid[str(r["tid"])] if o["ts"] <= r["ts"] < o["ts"] + o["dur"]]
+        for o in open_:
+            total[o["name"]] += g
+        if open_:
+            self_[max(open_, key=lambda o: (o["ts"], -o["dur"]))["name"]] += g
+    ops = operator_table(read_event_table(trace)[1]).set_index("name")
+    assert (ops["device_total_us"] > 0).sum() >= 10
+    for name, row in ops.iterrows():
+        assert row["device_total_us"] == pytest.approx(total[name], rel=1e-9, abs=1e-6), name
+        assert row["device_self_us"] == pytest.approx(self_[name], rel=1e-9, abs=1e-6), name
