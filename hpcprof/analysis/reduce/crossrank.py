@@ -136,7 +136,7 @@ def _reduce(src: Path, keep: dict[int, RankResult], manifest: dict, warnings: li
                         f"{', '.join(sorted({str(n) for n in nodes.values()}))}): it shifted no trace")
 
     # only what the charts of per-rank numbers need is read before on_ranks (the other four tables
-    # after it: the charts start 0.05 s sooner at 16 ranks)
+    # after it, so the charts start sooner)
     steps_trace = rank_table(keep, "steps")
     idle = rank_table(keep, "idle")
     ktype = rank_table(keep, "kernel_type")

@@ -110,9 +110,10 @@ def _rematch(rest: pd.DataFrame, tol: float) -> pd.DataFrame:
     per rank, keyed "end-matched|<label of its root instance>".
 
     The pairs of every two ranks (`_mutual_nearest`) and their union (`_union`) are vectorised: the
-    pairwise version (a distance matrix and a Python union per pair of ranks) took 3.1 s of the
-    reduce's 7.6 s at 256 ranks, and grows with the square of the ranks. Same pairs, same order,
-    same roots (tests/analysis/test_rematch.py checks it against the pairwise version)."""
+    pairwise version (a distance matrix and a Python union per pair of ranks) grows with the square
+    of the ranks and was the largest part of the reduce at 256 ranks (benchmarks/README.md). Same
+    pairs, same order, same roots (tests/analysis/test_rematch.py checks it against the pairwise
+    version)."""
     pos = np.arange(len(rest))
     us, vs = [], []
     for _, grp in rest.assign(_pos=pos).groupby(["kind", "group"]):

@@ -43,7 +43,7 @@ class RankParts:
     def frames(self):
         """The non-empty ranks' rows, with their `rank` column, in rank order: consecutive ranks
         whose tables have the same columns and types joined, up to BATCH_ROWS rows a frame (one
-        frame a rank took 3.5 s of writing at 1,024 ranks of 1,600 rows; the same frames as
+        frame a rank made the writing grow with the ranks: benchmarks/README.md; the same frames as
         concatenating each rank's, as the joined tables have one schema)."""
         import pyarrow as pa
 
