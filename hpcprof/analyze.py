@@ -16,6 +16,7 @@ if __name__ == "__main__":  # before the imports below (pandas...: seconds), Ctr
     quiet_until_main("hpcprof.analyze")
 
 from hpcprof.analysis import AnalysisError, analyze, console_summary  # noqa: E402
+from hpcprof.analysis.executors import EXECUTORS  # noqa: E402
 from hpcprof.cliparser import ArgumentParser, main_handles_interrupts, run_guarded  # noqa: E402
 from hpcprof.launch.analysis_array import add_slurm_arguments, slurm_options_from_args  # noqa: E402
 
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="profiled steps of the merged timeline analysis/timeline.pt.trace.json.gz (default: every profiled step)")
     ap.add_argument("--timeline-max-events", type=int, default=None, metavar="N",
                     help="size budget of the merged timeline; low-value events are dropped first and counted (default: 1000000)")
-    ap.add_argument("--executor", choices=["local", "slurm"], default="local", help="run the per-rank map in worker processes here (local) or as a SLURM job array (slurm)")
+    ap.add_argument("--executor", choices=EXECUTORS, default="local", help="run the per-rank map in worker processes here (local) or as a SLURM job array (slurm)")
     add_slurm_arguments(ap)
     a = ap.parse_args(argv)
     try:

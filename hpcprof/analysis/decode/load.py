@@ -72,7 +72,6 @@ class TraceMeta:
     world_size: int | None
     backend: str | None
     host: str | None
-    pg_config: list[dict] = field(default_factory=list)
     device_properties: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -234,7 +233,6 @@ def trace_meta(path: str | os.PathLike, doc: dict) -> TraceMeta:
         world_size=int(ws) if isinstance(ws, int) else None,
         backend=info.get("backend"),
         host=doc.get("host_name"),
-        pg_config=[g for g in info.get("pg_config") or [] if isinstance(g, dict)] if isinstance(info.get("pg_config"), list) else [],
         device_properties=[d for d in doc.get("deviceProperties") or [] if isinstance(d, dict)]
         if isinstance(doc.get("deviceProperties"), list) else [],
         warnings=warnings,

@@ -32,7 +32,6 @@ from .memory_plots import memory_chart, memory_ranks_chart  # noqa: E402,F401  (
 FLAG = "#d62728"
 NORMAL = "#1f77b4"
 SUFFERED = "#aaaaaa"
-COST = "#7f0000"
 # white up to the threshold's pale pink, then deepening red: below-threshold noise stays pale
 WAIT_CMAP = LinearSegmentedColormap.from_list("wait", ["#ffffff", "#fde0dd", "#a50f15"])
 DPI = 90

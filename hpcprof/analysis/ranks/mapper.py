@@ -12,7 +12,6 @@ import gc
 import json
 import math
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +58,6 @@ def analyze_rank(
         hit = cache.lookup(cache_dir, digest)
         if hit is not None:
             return _result(hit, trace_path, cached=True)
-    t0 = time.perf_counter()
     with _gc_paused():
         hasher = content_hasher()
         try:
@@ -76,9 +74,7 @@ def analyze_rank(
                 _analyze_doc(trace_path, meta_keys, box, n_events, skipped, digest, tmp, dropped)
         except Exception as exc:  # odd input we did not foresee: this file only, whatever the executor
             return RankResult.failed(trace_path, f"{trace_path.name}: analysis failed ({type(exc).__name__}: {exc})")
-    res = _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
-    res.parse_s = time.perf_counter() - t0
-    return res
+    return _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
 
 
 def preload() -> None:

@@ -34,8 +34,6 @@ class RankResult:
     """Table name (mapper.TABLES) -> Parquet path, for the tables this rank has."""
     cached: bool = False
     """True: served from the parse cache, nothing parsed."""
-    parse_s: float | None = None
-    """Seconds spent decoding and analysing (fresh results only)."""
 
     @classmethod
     def failed(cls, path, error: str) -> "RankResult":

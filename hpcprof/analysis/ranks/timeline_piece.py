@@ -53,7 +53,7 @@ def window_mask(is_x: np.ndarray, inst: np.ndarray, gpu: np.ndarray, runtime: np
                 dur: np.ndarray, corr: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """Which events the merged timeline shows for the window [lo, hi) of the rank's own clock: the
     selection rules, written down once (the piece applies them to the window of all profiled steps,
-    outputs/timeline/render.select_events to the chosen steps' window). Host complete events ('X',
+    outputs/timeline/render.window_rows to the chosen steps' window). Host complete events ('X',
     not `gpu`) overlapping the window; GPU complete events launched in it (a runtime call among those
     host events has their correlation id) or, without such a launch, starting in it; instant events
     (`inst`) inside it."""

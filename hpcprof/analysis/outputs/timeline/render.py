@@ -1,7 +1,7 @@
 """One rank's part of the merged timeline: from its piece (ranks/timeline_piece.py, cached by the map)
 to the rank's events as JSON text on the job's clock.
 
-Three steps, each a function: `select_events` (the events of the chosen steps, by the selection
+Three steps, each a function: `window_rows` (the events of the chosen steps, by the selection
 rules of ranks/timeline_piece.window_mask), `thread_ids` (the rank's CPU threads and GPU streams as
 threads of its process: main thread first, then the other CPU threads, then the GPU streams),
 `render_rank` (process and thread names, events, launch flows, as JSON text), never one dict per
@@ -57,14 +57,10 @@ def codes(t: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
     return arr.indices.to_numpy(zero_copy_only=False).astype(np.int64), [str(v) for v in arr.dictionary.to_pylist()]
 
 
-def select_events(piece: pa.Table, lo: float, hi: float) -> pa.Table:
-    """The events of the chosen steps' window [lo, hi) of the rank's own clock, in trace order, by
-    the rules of ranks/timeline_piece.window_mask (a piece holds complete and instant events only)."""
-    return keep_rows(piece, window_rows(piece, lo, hi))
-
-
 def window_rows(piece: pa.Table, lo: float, hi: float) -> np.ndarray:
-    """select_events' rows of `piece` as a mask (the timeline keeps it from its first pass to its second)."""
+    """The rows of `piece` in the chosen steps' window [lo, hi) of the rank's own clock, as a mask, by
+    the rules of ranks/timeline_piece.window_mask (a piece holds complete and instant events only);
+    the timeline keeps it from its first pass to its second."""
     is_x, gpu, runtime, ts, dur, corr = (col(piece, c) for c in ("is_x", "gpu", "runtime", "ts", "dur", "corr"))
     return window_mask(is_x, ~is_x, gpu, runtime, ts, dur, corr, lo, hi)
 

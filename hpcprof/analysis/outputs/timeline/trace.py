@@ -11,7 +11,7 @@ step, where it starts on the timeline, so a finding can say "at 143-193 ms from 
 What goes in: the chosen profiled steps (`--timeline-steps`, default all profiled steps). Host
 events overlapping those steps' window on the rank; GPU events launched in it (their CUDA runtime
 call, matched by correlation id, lies in the window) or, without a launch record, starting in it
-(render.select_events; the rows a rank's first pass selects are kept for its second).
+(render.window_rows; the rows a rank's first pass selects are kept for its second).
 Launch flows (runtime call -> kernel) are rebuilt from correlation ids. Lanes computed by the
 parent from the reduce's results: "hpcprof: waits" per rank, where each collective whose last rank
 arrived more than ANNOTATE_MS after the first gets a slice on the late rank ("late arrival") and
