@@ -2,6 +2,10 @@
 (size, mtime), the options (ranks), the HTA release, ANALYSIS_VERSION and REDUCE_VERSION all match
 the `inputs_key` of the summary.json already in the output folder, the outputs there are current
 and are returned as they are, without mapping, reducing or drawing again.
+
+The traces are hashed before the map only where the memo could serve outputs (`could_hit`): a first
+analysis, or one with --no-cache, reads each trace once, in the map, and its key is made of the
+hashes of the bytes the map decoded (so the key always names what the outputs were made of).
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ in the change that makes the reduce or the outputs differ for the same per-rank 
 covered by ANALYSIS_VERSION)."""
 
 
-def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None, options: str = "",
-               progress: bool = False) -> tuple[dict[Path, str], str]:
-    """(content hash per readable trace, the memo key of the whole analysis); `options`: the other
-    analysis options that change the outputs (the merged timeline's steps and budget). `progress`:
-    a bar of the bytes hashed, once hashing takes more than a second (256 ranks: 5 GB, seconds)."""
+def could_hit(out: AnalysisDir) -> bool:
+    """Whether `out` holds outputs the memo might serve (a summary and a report): the one case worth
+    hashing every trace before the map for."""
+    return out.summary.is_file() and out.report.is_file()
+
+
+def trace_digests(files: list[Path], progress: bool = False) -> dict[Path, str]:
+    """The content hash of each readable trace (unreadable ones left out), on all cores. `progress`:
+    a bar of the bytes hashed, once hashing takes more than a second (256 ranks: 5 GB)."""
     import threading
 
     lock = threading.Lock()
@@ -45,18 +53,26 @@ def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None, option
             with lock:
                 bar.update(n)
 
-        def digest(f: Path) -> str:
+        def digest(f: Path) -> str | None:
             try:
                 return file_digest(f, on_block=advance if progress else None)
             except OSError:
-                return "unreadable"
+                return None
 
-        # hashlib releases the GIL on large blocks: hash the files on all cores
+        # xxhash releases the GIL on large blocks: hash the files on all cores
         with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
             digests = dict(zip(files, pool.map(digest, files)))
+    return {f: d for f, d in digests.items() if d is not None}
+
+
+def inputs_key(src: Path, files: list[Path], digests: dict[Path, str], ranks: Iterable[int] | None,
+               options: str = "") -> str:
+    """The memo key of the whole analysis of `files` whose content hashes are `digests` (a file
+    without one is unreadable); `options`: the other analysis options that change the outputs (the
+    merged timeline's steps and budget, the HTA release)."""
     parts = [f"v{ANALYSIS_VERSION}", f"r{REDUCE_VERSION}",
              f"ranks={sorted(ranks) if ranks is not None else None}", options]
-    parts += [f"{f.name}:{digests[f]}" for f in files]
+    parts += [f"{f.name}:{digests.get(f, 'unreadable')}" for f in files]
     run = RunDir(src)
     extra = [run.steps_path(r) for r in run.step_ranks()]
     extra += sorted((run.root / MEMORY_DIR).glob("rank-*.pickle"))  # memory snapshots: summary memory_view.snapshots
@@ -64,8 +80,7 @@ def inputs_key(src: Path, files: list[Path], ranks: Iterable[int] | None, option
         if p.is_file():
             st = p.stat()
             parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
-    key = hashlib.blake2b("\n".join(parts).encode(), digest_size=20).hexdigest()
-    return {f: d for f, d in digests.items() if d != "unreadable"}, key
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=20).hexdigest()
 
 
 def memo_hit(out: AnalysisDir, key: str) -> dict | None:

@@ -1,6 +1,6 @@
 """analyze(): the orchestrator. Each step is one call into the folder that owns it:
 
-  decode.load.discover_traces -> memo.inputs_key / memo_hit (outputs still current? return them)
+  decode.load.discover_traces -> memo.memo_hit (outputs still current? return them)
   -> executors.run_map (ranks.mapper.analyze_rank per trace, local pool or SLURM array)
   -> ranks.select.select_ranks -> reduce.crossrank.reduce_ranks
   -> outputs: charts (drawn in a process while the rest goes on: those of per-rank numbers from
@@ -21,7 +21,7 @@ from ..rundir.flight_recorder import dump_folder, fr_verdict, read_dumps
 from ..rundir.state import run_state
 from . import cache, memo
 from .hta.frame import fast_path_problem
-from .decode.load import discover_traces
+from .decode.load import discover_traces, file_digest
 from .errors import AnalysisError
 from .executors import run_map
 from .executors.local import default_workers
@@ -108,9 +108,10 @@ def analyze(
     n_workers = workers if workers and workers > 0 else default_workers(len(files))
     # outputs made with another HTA release are not reused (its numbers may differ)
     options = f"timeline={timeline_steps}/{timeline_max_events} hta={hta}"
-    digests, key = memo.inputs_key(src, files, ranks, options=options, progress=progress)
-    if use_cache:
-        hit = memo.memo_hit(out_dir, key)
+    digests = None  # hashed before the map only where the memo might serve the outputs (memo.py)
+    if use_cache and memo.could_hit(out_dir):
+        digests = memo.trace_digests(files, progress=progress)
+        hit = memo.memo_hit(out_dir, memo.inputs_key(src, files, digests, ranks, options))
         if hit is not None:
             if console:
                 print(console_summary(hit))
@@ -134,8 +135,8 @@ def analyze(
             cache.sweep_stale(cdir)  # what a killed analysis left half written
         results = run_map(executor, files, map_dir, cache_write, workers=n_workers, progress=progress, digests=digests,
                           slurm=slurm, log_dir=out_dir.slurm_logs)
-        if _changed_while_read(results, digests, warnings):
-            key = None  # the memo key holds the bytes hashed before the map: these outputs are not of them
+        _changed_while_read(results, warnings)
+        key = memo.inputs_key(src, files, _read_digests(results, digests), ranks, options)
         keep, world_size = select_ranks(results, manifest, ranks, warnings)
         if not keep and ranks is not None and any(r.ok for r in results):
             found = sorted({r.meta["rank"] for r in results if r.ok})
@@ -167,18 +168,29 @@ def analyze(
     return summary
 
 
-def _changed_while_read(results: list[RankResult], digests: dict[Path, str], warnings: list[str]) -> bool:
-    """Whether a trace's bytes, as its map task read them, differ from those hashed for the memo key
-    before the map (replaced or rewritten meanwhile: ranks.mapper keys its cache entry by what it
-    read); such traces are named in one warning. Why: a trace replaced while `analyze` read it and
-    put back afterwards was served again, from the memo, with the other file's numbers (issue 37,
-    item 10)."""
-    changed = sorted(Path(r.path).name for r in results
-                     if r.ok and digests.get(Path(r.path)) not in (None, r.meta.get("digest")))
+def _changed_while_read(results: list[RankResult], warnings: list[str]) -> None:
+    """Name in one warning the traces whose bytes, as their map task decoded them, differ from those
+    hashed before (by the memo, or by the map task to look in the parse cache): replaced or
+    rewritten meanwhile. The parse cache and the memo key hold what was decoded, so such a trace put
+    back afterwards is never served with the other file's numbers (issue 37, item 10)."""
+    changed = sorted(Path(r.path).name for r in results if r.ok and r.hashed not in (None, r.meta.get("digest")))
     if changed:
         warnings.append(f"{', '.join(changed)}: changed while the analysis read {'it' if len(changed) == 1 else 'them'} "
-                        "(replaced or rewritten); analysed as read, and these outputs will not be reused as current")
-    return bool(changed)
+                        "(replaced or rewritten); analysed as read, and these outputs will not be reused for other content")
+
+
+def _read_digests(results: list[RankResult], before: dict[Path, str] | None) -> dict[Path, str]:
+    """The content hash of each trace as the map decoded it (the memo key's); for a trace that could
+    not be analysed, its hash from before the map, or taken now (none: unreadable)."""
+    read = {Path(r.path): r.meta["digest"] for r in results if r.ok and r.meta.get("digest")}
+    for r in results:
+        f = Path(r.path)
+        if f not in read:
+            try:
+                read[f] = (before or {}).get(f) or file_digest(f)
+            except OSError:
+                pass
+    return read
 
 
 def _check_options(src: Path, run: RunDir, out, ranks, timeline_max_events, traces=None) -> None:

@@ -48,6 +48,31 @@ def test_second_analyze_reads_the_cache_and_no_cache_forces(dlrm_copy, tmp_path)
     assert forced["per_rank"] == first["per_rank"]
 
 
+def test_a_first_analysis_hashes_no_trace_before_the_map_and_is_served_again(dlrm_copy, tmp_path, monkeypatch):
+    """With nothing in its output folder for the memo to serve, an analysis does not read every trace
+    once more to hash it before the map: its memo key is made of the bytes the map decoded, and the
+    next analysis, which hashes the traces to look for the memo, finds it, also with a trace that
+    cannot be analysed among them."""
+    from hpcprof.analysis import memo
+
+    (dlrm_copy / "broken.pt.trace.json").write_text('{"traceEvents": [{"ph": "X", ')  # cut off
+    calls = []
+    real = memo.trace_digests
+
+    def counted(files, **kwargs):
+        calls.append(len(files))
+        return real(files, **kwargs)
+
+    monkeypatch.setattr(memo, "trace_digests", counted)
+    out = tmp_path / "out"
+    first = analyze(dlrm_copy, out=out, workers=2, use_cache=False, progress=False)
+    assert calls == [] and first["cache"]["outputs_reused"] is False
+    assert any("broken.pt.trace.json" in w for w in first["warnings"]), first["warnings"]
+    second = analyze(dlrm_copy, out=out, workers=2, progress=False)
+    assert calls == [9] and second["cache"]["outputs_reused"] is True
+    assert second["per_rank"] == first["per_rank"]
+
+
 def test_changed_trace_is_never_served_stale(dlrm_copy, tmp_path, helpers):
     out = tmp_path / "out"
     first = analyze(dlrm_copy, out=out, workers=2, progress=False)

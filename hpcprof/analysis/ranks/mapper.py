@@ -44,20 +44,22 @@ def analyze_rank(
 
     Bad input never raises: it comes back as ok=False with an `error` naming the file. `digest`
     (the file's content hash) may be passed when the caller has computed it already; it finds the
-    cache entry. A parsed rank's entry is keyed by the hash of the bytes the decode read, which is
-    `digest` unless the file changed since it was hashed (replaced while `analyze` ran): then the
-    result's meta `digest` differs from the one given, and the parse cache never holds, under the
-    old content's key, what another content gave (issue 37, item 10).
+    cache entry (with `use_cache`, the file is hashed here where it is not given; without, the file
+    is read once, by the decode). A parsed rank's entry is keyed by the hash of the bytes the decode
+    read, which is `digest` unless the file changed since it was hashed (replaced while `analyze`
+    ran): then the result's meta `digest` differs from its `hashed`, and the parse cache never
+    holds, under the old content's key, what another content gave (issue 37, item 10).
     """
     trace_path = Path(trace_path)
-    try:
-        digest = digest or file_digest(trace_path)
-    except OSError as exc:
-        return RankResult.failed(trace_path, f"{trace_path.name}: cannot read file ({exc})")
     if use_cache:
+        try:
+            digest = digest or file_digest(trace_path)
+        except OSError as exc:
+            return RankResult.failed(trace_path, f"{trace_path.name}: cannot read file ({exc})")
         hit = cache.lookup(cache_dir, digest)
         if hit is not None:
-            return _result(hit, trace_path, cached=True)
+            return _result(hit, trace_path, cached=True, hashed=digest)
+    hashed = digest
     with _gc_paused():
         hasher = content_hasher()
         try:
@@ -74,7 +76,7 @@ def analyze_rank(
                 _analyze_doc(trace_path, meta_keys, box, n_events, skipped, digest, tmp, dropped)
         except Exception as exc:  # odd input we did not foresee: this file only, whatever the executor
             return RankResult.failed(trace_path, f"{trace_path.name}: analysis failed ({type(exc).__name__}: {exc})")
-    return _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False)
+    return _result(cache.entry_dir(cache_dir, digest), trace_path, cached=False, hashed=hashed)
 
 
 def preload() -> None:
@@ -110,11 +112,11 @@ def _gc_paused():
             gc.enable()
 
 
-def _result(d: Path, trace_path: Path, cached: bool) -> RankResult:
+def _result(d: Path, trace_path: Path, cached: bool, hashed: str | None) -> RankResult:
     meta = json.loads((d / cache.META).read_text())
     meta["path"] = str(trace_path)  # the same bytes may live under another name
     tables = {n: str(d / f"{n}.parquet") for n in TABLES if (d / f"{n}.parquet").is_file()}
-    return RankResult(path=str(trace_path), ok=True, dir=str(d), meta=meta, tables=tables, cached=cached)
+    return RankResult(path=str(trace_path), ok=True, dir=str(d), meta=meta, tables=tables, cached=cached, hashed=hashed)
 
 
 def _analyze_doc(trace_path: Path, meta_keys: dict, box: list, n_events: int, skipped: int, digest: str, out: Path,

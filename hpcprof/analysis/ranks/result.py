@@ -34,6 +34,10 @@ class RankResult:
     """Table name (mapper.TABLES) -> Parquet path, for the tables this rank has."""
     cached: bool = False
     """True: served from the parse cache, nothing parsed."""
+    hashed: str | None = None
+    """The file's content hash taken before it was read (by the memo, or by `analyze_rank` to look
+    in the parse cache); None where none was taken. It differs from meta["digest"], the hash of the
+    bytes decoded, when the file changed while the analysis read it."""
 
     @classmethod
     def failed(cls, path, error: str) -> "RankResult":
