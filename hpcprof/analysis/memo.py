@@ -23,6 +23,7 @@ from .decode.load import file_digest
 from .layout import AnalysisDir
 from .outputs.summary import read_summary
 from .progress import bytes_bar
+from .ranks.result import RankResult
 
 REDUCE_VERSION = 21
 """Part of the whole-analysis memo's key: outputs made under another version are made again. Bump it
@@ -63,6 +64,20 @@ def trace_digests(files: list[Path], progress: bool = False) -> dict[Path, str]:
         with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
             digests = dict(zip(files, pool.map(digest, files)))
     return {f: d for f, d in digests.items() if d is not None}
+
+
+def read_digests(results: list[RankResult], before: dict[Path, str] | None) -> dict[Path, str]:
+    """The content hash of each trace as the map decoded it (the key's, after the map); for a trace
+    that could not be analysed, its hash from before the map, or taken now (none: unreadable)."""
+    read = {Path(r.path): r.meta["digest"] for r in results if r.ok and r.meta.get("digest")}
+    for r in results:
+        f = Path(r.path)
+        if f not in read:
+            try:
+                read[f] = (before or {}).get(f) or file_digest(f)
+            except OSError:
+                pass
+    return read
 
 
 def inputs_key(src: Path, files: list[Path], digests: dict[Path, str], ranks: Iterable[int] | None,

@@ -21,7 +21,7 @@ from ..rundir.flight_recorder import dump_folder, fr_verdict, read_dumps
 from ..rundir.state import run_state
 from . import cache, memo
 from .hta.frame import fast_path_problem
-from .decode.load import discover_traces, file_digest
+from .decode.load import discover_traces
 from .errors import AnalysisError
 from .executors import run_map
 from .executors.local import default_workers
@@ -136,7 +136,7 @@ def analyze(
         results = run_map(executor, files, map_dir, cache_write, workers=n_workers, progress=progress, digests=digests,
                           slurm=slurm, log_dir=out_dir.slurm_logs)
         _changed_while_read(results, warnings)
-        key = memo.inputs_key(src, files, _read_digests(results, digests), ranks, options)
+        key = memo.inputs_key(src, files, memo.read_digests(results, digests), ranks, options)
         keep, world_size = select_ranks(results, manifest, ranks, warnings)
         if not keep and ranks is not None and any(r.ok for r in results):
             found = sorted({r.meta["rank"] for r in results if r.ok})
@@ -178,19 +178,6 @@ def _changed_while_read(results: list[RankResult], warnings: list[str]) -> None:
         warnings.append(f"{', '.join(changed)}: changed while the analysis read {'it' if len(changed) == 1 else 'them'} "
                         "(replaced or rewritten); analysed as read, and these outputs will not be reused for other content")
 
-
-def _read_digests(results: list[RankResult], before: dict[Path, str] | None) -> dict[Path, str]:
-    """The content hash of each trace as the map decoded it (the memo key's); for a trace that could
-    not be analysed, its hash from before the map, or taken now (none: unreadable)."""
-    read = {Path(r.path): r.meta["digest"] for r in results if r.ok and r.meta.get("digest")}
-    for r in results:
-        f = Path(r.path)
-        if f not in read:
-            try:
-                read[f] = (before or {}).get(f) or file_digest(f)
-            except OSError:
-                pass
-    return read
 
 
 def _check_options(src: Path, run: RunDir, out, ranks, timeline_max_events, traces=None) -> None:
