@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis import analyze, console_summary
-from hpcprof.analysis.decode.events import event_table
+from hpcprof.analysis.decode.columns import event_table
 from hpcprof.analysis.decode.load import read_trace
 from hpcprof.analysis.ranks.comm_kernels import NCCL_RE, classify, frame_from_events
 from hpcprof.analysis.ranks.timeline import GPU_CATS

@@ -42,7 +42,7 @@ def test_a_cpu_only_trace_stays_a_cpu_run(tmp_path):
 
 @pytest.mark.parametrize("runtime", ["cudaLaunchKernel", "hipLaunchKernel"])
 def test_kernel_launches_alone_make_a_gpu_run(tmp_path, runtime):
-    from hpcprof.analysis.decode.events import event_table
+    from hpcprof.analysis.decode.columns import event_table
     from hpcprof.analysis.decode.load import read_trace
     from hpcprof.analysis.ranks.timeline import build_timeline
 

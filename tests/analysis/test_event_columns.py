@@ -1,7 +1,7 @@
-"""The event table's column dtypes (decode/events._column and the block decode's columns) are
-those pandas infers from the same values, as in `pandas.DataFrame(traceEvents)` (HTA's frame):
-checked on hostile mixtures a trace may hold (bools among ints, ints beyond int64, missing values,
-texts among numbers, NaN), against pandas itself."""
+"""The event table's column dtypes (decode/columns.py, whole and in blocks) are those pandas infers
+from the same values, as in `pandas.DataFrame(traceEvents)` (HTA's frame): checked on hostile
+mixtures a trace may hold (bools among ints, ints beyond int64, missing values, texts among numbers,
+NaN), against pandas itself."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.decode.events import _column, number_kind
+from hpcprof.analysis.decode.columns import event_table
+from hpcprof.analysis.decode.events import DecodedTrace, _Event, number_kind
 
 MIXTURES = {
     "empty": (),
@@ -50,12 +51,20 @@ class IntSub(int):
     pass
 
 
-@pytest.mark.parametrize("values", list(MIXTURES.values()), ids=list(MIXTURES))
+def _tid_column(values) -> pd.Series | None:
+    """The event table's `tid` column of a trace whose events' tid are `values`, the records made as
+    the decoder makes them (NaN: the event lacks the key); None where the table has no such column."""
+    events = [_Event(ph="X", name="op", ts=i, dur=1, pid=1, tid=v) for i, v in enumerate(values)]
+    table = event_table(DecodedTrace(meta={}, events=events))
+    return table["tid"] if "tid" in table else None
+
+
+@pytest.mark.parametrize("values", [v for v in MIXTURES.values() if v], ids=[k for k, v in MIXTURES.items() if v])
 def test_column_dtype_and_values_are_pandas_inference(values):
-    got = _column(values)
-    want = pd.Series(list(values))
-    if not values:
-        assert got.dtype == np.int64 and got.empty  # an absent key's column when the trace has no event
+    got = _tid_column(values)
+    want = pd.Series(list(values), name="tid")
+    if all(isinstance(v, float) and math.isnan(v) for v in values):
+        assert got is None  # no event has the key: pandas.DataFrame(traceEvents) has no such column
         return
     assert got.dtype == want.dtype, f"{got.dtype} != pandas' {want.dtype}"
     pd.testing.assert_series_equal(got, want, check_exact=True)
@@ -65,7 +74,7 @@ def test_huge_int_among_floats_is_a_float_column():
     """The one departure from pandas, kept from the first fast decode (the parse cache's tables
     depend on it): ints and floats make a float64 column even where an int is beyond uint64 (pandas
     would keep Python objects); the value is the nearest float."""
-    got = _column((2 ** 70, 1.5))
+    got = _tid_column((2 ** 70, 1.5))
     assert got.dtype == np.float64 and got.tolist() == [float(2 ** 70), 1.5]
 
 
@@ -74,6 +83,13 @@ def test_number_kind_uses_exact_types():
     assert number_kind((1, 2.0)) == "num" and number_kind((2.0,)) == "num"
     for odd in ((1, True), (IntSub(3), 1), (1, None), (1, "1"), (1.0, np.float64(2.0)), ([1],)):
         assert number_kind(odd) is None, odd
+
+
+def _pandas_but_huge_ints(values: list) -> pd.Series:
+    """pandas' column of `values`, with the departure above: ints and floats only, a float64 column."""
+    if number_kind(values) == "num":
+        return pd.Series(values, dtype=np.float64)
+    return pd.Series(values)
 
 
 JSON_MIXTURES = {k: v for k, v in MIXTURES.items() if k not in ("empty", "inf", "only NaN", "int and NaN", "text and NaN")}
@@ -85,10 +101,10 @@ def test_block_columns_equal_the_whole_decode(tmp_path, values):
     """The same mixtures as values of a top-level key (tid), of one of HTA's args (correlation) and
     of one of ours (Seq), and of the args whose JSON text the block decode keeps (events.TEXT_ARGS:
     Input Dims, grid), decoded one event per block and in one block: the table is the whole-file
-    decode's, column by column (values and dtypes)."""
+    decode's, column by column (values and dtypes), and its columns are those pandas builds from the
+    trace's values (a missing top-level key NaN, a missing arg HTA's default or None for ours)."""
     import json
 
-    from hpcprof.analysis.decode.events import event_table
     from hpcprof.analysis.decode.load import read_bytes, read_trace
     from hpcprof.analysis.decode.stream import split_table
 
@@ -98,6 +114,15 @@ def test_block_columns_equal_the_whole_decode(tmp_path, values):
     p = tmp_path / "mix.json"
     p.write_text(json.dumps({"traceEvents": events}))
     want = event_table(read_trace(p))
+    by_pandas = {
+        "tid": _pandas_but_huge_ints([e.get("tid", math.nan) for e in events]),
+        "correlation": _pandas_but_huge_ints([e.get("args", {}).get("correlation", -1) for e in events]),
+        "input_dims": _pandas_but_huge_ints([e.get("args", {}).get("Input Dims", "-1") for e in events]),
+        "seq_upper": pd.Series([e.get("args", {}).get("Seq") for e in events], dtype=object),
+        "grid": pd.Series([e.get("args", {}).get("grid") for e in events], dtype=object),
+    }
+    for column, col in by_pandas.items():
+        pd.testing.assert_series_equal(want[column], col, check_exact=True, check_names=False)
     for block in (1, 1 << 20):
         got = split_table(read_bytes(p), block)
         assert got is not None

@@ -15,7 +15,7 @@ import os
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.decode import events
+from hpcprof.analysis.decode.columns import event_table
 from hpcprof.analysis.hta import frame as hta_frame
 from hpcprof.analysis.decode.load import read_trace
 from hpcprof.analysis.decode.stream import read_event_table
@@ -48,7 +48,7 @@ def _hta_reference(path: str):
 
 def assert_same_frame(path) -> None:
     decoded = read_trace(path)
-    table = events.event_table(decoded)
+    table = event_table(decoded)
     assert hta_frame.fast_path_problem(table) is None
     ours = _decoded_frame(hta_frame.hta_trace(str(path), 0, table, decoded.meta))
     ref = _decoded_frame(_hta_reference(str(path)))
@@ -90,7 +90,7 @@ def test_counter_ranges_fall_back_to_hta_loader(tmp_path, helpers):
     doc["traceEvents"].append({"ph": "X", "cat": "cuda_profiler_range", "name": "range", "pid": 0, "tid": 0, "ts": 1, "dur": 1, "args": {"sm__cycles": 5}})
     p = helpers.write_trace(tmp_path / "rank0.json.gz", doc)
     decoded = read_trace(p)
-    table = events.event_table(decoded)
+    table = event_table(decoded)
     assert "cuda_profiler_range" in hta_frame.fast_path_problem(table)
     from hpcprof.analysis.hta.analyzers import load_hta_trace
 
@@ -119,8 +119,8 @@ def test_classified_analyses_equal_hta_analyzers(path):
     from hpcprof.analysis.hta.analyzers import classified_analyses, hta_analyses
 
     decoded = read_trace(path)
-    t = hta_frame.hta_trace(str(path), 0, events.event_table(decoded), decoded.meta)
-    part = hta_frame.hta_trace(str(path), 0, events.event_table(decoded), decoded.meta, hta_frame.ANALYSIS_COLUMNS)
+    t = hta_frame.hta_trace(str(path), 0, event_table(decoded), decoded.meta)
+    part = hta_frame.hta_trace(str(path), 0, event_table(decoded), decoded.meta, hta_frame.ANALYSIS_COLUMNS)
     ref, ours = hta_analyses(t, 0), classified_analyses(part, 0)
     pd.testing.assert_frame_equal(ours["temporal"], ref["temporal"], check_dtype=False)
     assert ours["overlap_pct"] == ref["overlap_pct"]  # None when the rank has no communication kernels
@@ -156,7 +156,7 @@ def test_a_kernel_too_long_to_break_down_exactly_on_numpy_gets_htas_own_figures(
     next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")["dur"] = 1e17
     path = helpers.write_trace(tmp_path / "long.json.gz", doc)
     decoded = read_trace(path)
-    ours = run_hta_rank(str(path), 0, events.event_table(decoded), decoded.meta)
+    ours = run_hta_rank(str(path), 0, event_table(decoded), decoded.meta)
     ref = hta_analyses(load_hta_trace(str(path), 0)[0], 0)
     assert ours["loader"] == "fast" and ours["kernel_type"]["sum"].max() > 2**53
     pd.testing.assert_frame_equal(ours["kernel_type"], ref["kernel_type"], check_dtype=False)

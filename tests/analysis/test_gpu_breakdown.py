@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.decode import events
+from hpcprof.analysis.decode.columns import event_table
 from hpcprof.analysis.decode.load import TraceError, read_trace
 from hpcprof.analysis.hta import analyzers
 from hpcprof.analysis.hta import breakdown as gb
@@ -62,7 +62,7 @@ def _hta_frame(path):
         decoded = read_trace(path)
     except TraceError as exc:  # HTA's folders hold other files too (an execution trace)
         pytest.skip(f"not a Kineto trace: {exc}")
-    table = events.event_table(decoded)
+    table = event_table(decoded)
     if hta_frame.fast_path_problem(table) is not None:
         pytest.skip(f"{path.name}: {hta_frame.fast_path_problem(table)}")
     return hta_frame.hta_trace(str(path), 0, table, decoded.meta, hta_frame.ANALYSIS_COLUMNS)  # as the map builds it

@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.decode.events import event_table
+from hpcprof.analysis.decode.columns import event_table
 from hpcprof.analysis.decode.load import TraceError, read_trace
 from hpcprof.analysis.decode.stream import read_event_table, stream_table
 

@@ -1,12 +1,14 @@
-"""Compact columns of decoded events, block by block, and their join into the event table.
+"""The event table: compact columns of decoded events, block by block, and their join.
 
-Both block decodes (decode/stream.py: `stream_table` for files too large to hold, `split_table` for
-the others) turn each block's records into compact columns at once and free the records: numbers
-as int64/float64 arrays, other values with one Python object per distinct value (texts, ints,
-HTA's `Input Dims` lists). `_Columns.table()` joins the blocks with the dtype rules of
-`events.event_table` (pandas' inference from all values), so the table is the one the whole-file
-decode builds (tests/analysis/test_stream_decode.py, test_stream_decode_blocks.py,
-test_event_columns.py).
+The one definition of the table every analysis reads. Both block decodes (decode/stream.py:
+`stream_table` for files too large to hold, `split_table` for the others) turn each block's records
+into compact columns at once and free the records: numbers as int64/float64 arrays, other values
+with one Python object per distinct value (texts, ints, HTA's `Input Dims` lists); a text they
+cannot split is decoded whole and its records made into the table in one block (`event_table`).
+`_Columns.table()` joins the blocks so that each column has the dtype and values pandas infers from
+all of them, as in `pandas.DataFrame(traceEvents)` (HTA's frame), whatever the blocks
+(tests/analysis/test_event_columns.py checks it against pandas, test_stream_decode.py and
+test_stream_decode_blocks.py across block sizes).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pandas as pd
 
 from .events import (
     _ARGS_FIELDS, _EVENT_FIELDS, _NO_ARGS, _NO_BLOCK_ARGS, DROPPED_KEYS, HTA_ARGS, NAN, OBJECT_KEYS, OWN_ARGS, TEXT_ARGS,
-    TOP_LEVEL, _BlockEvent, categories, number_kind,
+    TOP_LEVEL, DecodedTrace, _BlockEvent, categories, number_kind,
 )
 
 _ENC = msgspec.json.Encoder()
@@ -122,7 +124,7 @@ class _Columns:
 
     @staticmethod
     def _join(pieces: list, object_dtype: bool) -> pd.Series:
-        """The column `_column` (or pd.Series(dtype=object)) would build from all values at once.
+        """The column pandas would infer from all values at once (or pd.Series(values, dtype=object)).
         Series of the arrays joined here are made with copy=False (pandas 3 copies an array given
         to Series otherwise)."""
         if not pieces:
@@ -167,6 +169,16 @@ class _Columns:
             cols[name] = self._join(self.args.pop(name), True)
         cols["has_args"] = pd.Series(np.concatenate(self.has_args) if self.has_args else np.empty(0, dtype=bool), dtype=bool, copy=False)
         return pd.DataFrame(cols, copy=False)  # the columns as they are, not stacked into 2-D blocks
+
+
+def event_table(decoded: DecodedTrace) -> pd.DataFrame:
+    """The event table of a trace decoded whole (decode.events.decode): one row per event (in trace
+    order, index = position), one column per top-level key that occurs in the trace (except
+    DROPPED_KEYS), plus one column per kept `args` key (HTA's and ours) and `has_args`. Made from its
+    records in one block, by the columns the block decodes make."""
+    cols = _Columns()
+    cols.add(decoded.events)
+    return cols.table()
 
 
 def _all_missing(col: pd.Series) -> bool:

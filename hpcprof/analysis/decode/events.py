@@ -1,11 +1,12 @@
-"""Decode one Kineto trace ONCE into a columnar event table (parsing only; no analysis here).
+"""The records one Kineto trace is decoded into (parsing only; no analysis here).
 
 Why: HTA's loader spends most of its time in per-row pandas `apply` calls after `json.loads`, and
 our own timeline used to walk the raw dicts a second time. Here the JSON is decoded with msgspec
 straight into small typed records that keep only the fields any analysis reads (the event's
 top-level keys and the handful of `args` HTA's default parser config keeps, plus the ones the
-straggler analysis needs), and then turned into one pandas table with one column per field. Both
-HTA's per-rank frame (`analysis/hta/frame.py`) and our timeline (`timeline.py`) are built from that table.
+straggler analysis needs); decode/columns.py turns them into the one event table (one column per
+field) from which HTA's per-rank frame (`analysis/hta/frame.py`) and our timeline (`timeline.py`)
+are built.
 
 Missing keys: a top-level key an event does not have is NaN in its column, exactly as in
 `pandas.DataFrame(traceEvents)` (what HTA builds); an `args` key an event does not have holds the
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import numpy as np
 import pandas as pd
 
 NAN = math.nan
@@ -216,7 +216,7 @@ _INT, _NUM = frozenset((int,)), frozenset((int, float))
 
 def number_kind(values, types: set | None = None) -> str | None:
     """"int" when every value is an int (or there is none), "num" when every value is an int or a
-    float, else None: `_column`'s dtype decision, in one pass over the values' types in C (an
+    float, else None: a column's dtype decision (decode/columns.py), in one pass over the values' types in C (an
     `all(type(v) is int ...)` generator was a third of the table's time). Exact types, so bools,
     int or float subclasses, None and texts are not numbers here, as in pandas' inference.
     `types`: the set of the values' types, where the caller has it already."""
@@ -227,47 +227,3 @@ def number_kind(values, types: set | None = None) -> str | None:
     if types <= _NUM:
         return "num"
     return None
-
-
-def _column(values: tuple) -> pd.Series:
-    """A column with the dtype pandas infers from `values` (as pandas.DataFrame(records) does),
-    with a shortcut for the common all-int and all-number columns (a third of the table's time)."""
-    kind = number_kind(values)
-    if kind == "int":
-        try:
-            return pd.Series(np.array(values, dtype=np.int64))
-        except OverflowError:
-            pass
-    elif kind == "num":
-        return pd.Series(np.array(values, dtype=np.float64))
-    return pd.Series(values)
-
-
-def event_table(decoded: DecodedTrace) -> pd.DataFrame:
-    """One row per event (in trace order, index = position), one column per top-level key that
-    occurs in the trace (except DROPPED_KEYS), plus one column per kept `args` key (HTA's and
-    ours) and `has_args`.
-
-    Column dtypes are those pandas infers from the values, as in `pandas.DataFrame(traceEvents)`;
-    OBJECT_KEYS are categories of the Python objects (`categories`), our own args Python objects.
-    """
-    ev = decoded.events
-    cols: dict[str, Any] = {}
-    # transpose records into columns in C (astuple + zip) rather than one getattr per field and event
-    top = dict(zip(_EVENT_FIELDS, zip(*map(msgspec.structs.astuple, ev))))
-    for key in TOP_LEVEL:
-        if key in DROPPED_KEYS:
-            continue
-        values = top[key]
-        col = pd.Series(values, dtype=object) if key in OBJECT_KEYS else _column(values)
-        if col.isna().all() and not any(v is None for v in values):
-            continue  # the key never occurs (HTA's frame has no such column)
-        cols[key] = categories(col) if key in OBJECT_KEYS else col
-    has_args = [a is not None for a in top["args"]]
-    args = dict(zip(_ARGS_FIELDS, zip(*map(msgspec.structs.astuple, (_NO_ARGS if a is None else a for a in top["args"])))))
-    for name, _key, _default in HTA_ARGS:
-        cols[name] = _column(args[name])
-    for name, _key in OWN_ARGS:
-        cols[name] = pd.Series(args[name], dtype=object)
-    cols["has_args"] = pd.Series(has_args, dtype=bool)
-    return pd.DataFrame(cols)

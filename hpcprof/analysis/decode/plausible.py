@@ -54,7 +54,7 @@ def _numbers(col: pd.Series) -> np.ndarray:
 
 def impossible_times(table: pd.DataFrame) -> tuple[np.ndarray | None, dict[str, int]]:
     """(rows to drop, or None where none is; {reason key of REASONS: count}) of an event table
-    (decode.events.event_table)."""
+    (decode.columns.event_table)."""
     if "ph" not in table or not len(table):
         return None, {}
     x = (table["ph"] == "X").to_numpy(dtype=bool, na_value=False)

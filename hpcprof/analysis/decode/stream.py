@@ -1,12 +1,11 @@
 """Streaming decode of large traces: the event table without the whole file or its records in memory.
 
-Why: `read_trace` holds the file's bytes and one record per event, and `event_table` then builds
-the columns, so a 1 GB rank peaked at several times its size (benchmarks/README.md). Here the file
-is read in blocks; a vectorised scan of each block (numpy: quotes, escapes, brackets, commas outside
-strings) finds where the elements of `traceEvents` end; each run of complete elements is decoded by the same typed
-msgspec decoder as `decode()` and turned at once into compact columns (numbers as int64/float64
-arrays, text with one object per distinct value), and its records are freed. The columns are then
-joined with the dtype rules of `event_table`, so the table is the same as `event_table(read_trace())`
+Why: `read_trace` holds the file's bytes and one record per event, so a 1 GB rank decoded whole
+peaked at several times its size (benchmarks/README.md). Here the file is read in blocks; a
+vectorised scan of each block (numpy: quotes, escapes, brackets, commas outside strings) finds where
+the elements of `traceEvents` end; each run of complete elements is decoded by the same typed
+msgspec decoder as `decode()` and turned at once into compact columns (decode/columns.py), and its
+records are freed, so the table is the same as `event_table(read_trace())`, the whole decode's
 (tests/analysis/test_stream_decode.py checks it, column by column, on every shared trace).
 
 Used by `read_event_table` for files larger than STREAM_MIN_BYTES (uncompressed, estimated). Smaller
@@ -28,9 +27,9 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .columns import _Columns
+from .columns import _Columns, event_table
 from .counted import Limited, Tee, TextLimit
-from .events import META_KEYS, DecodedTrace, _BlockEvent, _Doc, event_table, loose_events, raise_if_not_utf8
+from .events import META_KEYS, DecodedTrace, _BlockEvent, _Doc, loose_events, raise_if_not_utf8
 
 STREAM_MIN_BYTES = 256 << 20
 """Files whose JSON is larger than this (a .gz counted at 8x its size, or found larger once

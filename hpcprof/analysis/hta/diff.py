@@ -31,17 +31,19 @@ def _labeled_trace(trace_file: Path, label: str):
     would parse the file with HTA's parser, more than the rest of the comparison costs) keeps it."""
     from hta.trace_diff import LabeledTrace
 
-    from ..decode.events import event_table
-    from ..decode.load import read_trace, trace_meta
+    from ..decode.load import trace_meta
+    from ..decode.stream import read_event_table
     from .frame import hta_frame
 
     logging.getLogger("hta").setLevel(logging.ERROR)
-    decoded = read_trace(trace_file)
-    rank = trace_meta(trace_file, decoded.meta).rank
-    df, symbols = hta_frame(event_table(decoded))
+    meta, table, _, _ = read_event_table(trace_file)
+    rank = trace_meta(trace_file, meta).rank
+    box = [table]  # consumed by the frame: no copy of the table beside it
+    del table
+    df, symbols = hta_frame(box)
     with contextlib.redirect_stdout(io.StringIO()):
         t = _parsed_trace_type()(trace_files={rank: str(trace_file)}, trace_dir=str(trace_file.parent))
-    t.traces, t.symbol_table, t.meta_data, t.is_parsed = {rank: df}, symbols, {rank: dict(decoded.meta)}, True
+    t.traces, t.symbol_table, t.meta_data, t.is_parsed = {rank: df}, symbols, {rank: dict(meta)}, True
     return LabeledTrace(label, t=t)
 
 

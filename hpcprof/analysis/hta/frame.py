@@ -3,7 +3,7 @@
 HTA 0.5's `parse_trace_file` builds the frame with `json.loads`, `pandas.DataFrame(traceEvents)`
 and then several per-row `apply` calls (args extraction, stream normalisation, symbol encoding, the
 iteration column), which is most of its load time. This module produces the same frame from the
-table `events.event_table` already decoded for our timeline: the same rows (events with `dur` and
+table `decode/columns.py` already decoded for our timeline: the same rows (events with `dur` and
 `cat`, without `cat == "Trace"`), the same index labels and columns, the same values. Every step
 is named after the HTA function it replaces. `add_fwd_bwd_links` and the alignment of the trace are
 HTA's own functions called on our frame; `transform_correlation_to_index` and the filter of

@@ -239,7 +239,7 @@ def one_of(values) -> "callable":
 
 
 def classify(ev: pd.DataFrame, device: np.ndarray, names: "Names | None" = None, cats: "Names | None" = None) -> CommKernels:
-    """The rules of the module docstring on an event table (decode/events.event_table, or
+    """The rules of the module docstring on an event table (decode/columns.event_table, or
     `frame_from_events`); `device`: the rows that are device activity (kernels, copies); `names`,
     `cats`: the table's name and category columns factorized, where the caller has them already.
 

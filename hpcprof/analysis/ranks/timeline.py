@@ -151,7 +151,7 @@ def _drives_a_gpu(name: pd.Series, cat: pd.Series) -> bool:
 
 
 def build_timeline(ev: pd.DataFrame, names: Names | None = None, cats: Names | None = None) -> RankTimeline:
-    """Timeline of one rank from its event table (hpcprof.analysis.decode.events.event_table).
+    """Timeline of one rank from its event table (hpcprof.analysis.decode.columns).
 
     Complete events (`ph` X) with a name and a numeric `ts` and `dur` are used: GPU categories as
     GPU activity, host categories on the main thread (the thread holding most ProfilerStep#N
