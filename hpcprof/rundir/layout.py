@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..spec import JobSpec, SpecError, read_spec_toml, validate_run_name
+from ..spec import JobSpec, validate_run_name
 
 SPEC_FILE = "spec.toml"
 MANIFEST_FILE = "manifest.json"
@@ -246,12 +246,6 @@ class RunDir:
         """Folders every rank writes into (idempotent, safe when ranks race)."""
         for d in (self.traces_dir / TRACE_TMP_DIR, self.steps_dir, self.logs_dir, self.root / FAILURES_DIR):
             d.mkdir(parents=True, exist_ok=True)
-
-    def read_spec(self) -> JobSpec:
-        try:
-            return read_spec_toml(self.spec_path)
-        except SpecError as exc:
-            raise RunDirError(f"{self.spec_path}: {exc}") from None
 
     # ------------------------------------------------------------------ manifest
     def read_manifest(self) -> dict[str, Any]:

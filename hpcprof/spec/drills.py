@@ -48,12 +48,6 @@ class Drills:
         return (d.rank, d.ms) if d else None
 
     @property
-    def straggler_drill(self) -> tuple[int, float, int] | None:
-        """The straggler drill as (rank, milliseconds, every), or None when off (every = 1: each step)."""
-        d = self.straggler_plan
-        return (d.rank, d.ms, d.every) if d else None
-
-    @property
     def straggler_plan(self) -> "StragglerPlan | None":
         """The straggler drill, parsed, or None when off."""
         if not self.straggler:

@@ -19,7 +19,7 @@ and in rendered job scripts, so nothing a user types may carry shell syntax, quo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 
@@ -222,7 +222,3 @@ def parse_extra(value: Any, name: str = "resources.slurm_extra") -> dict[str, st
         out[key] = val
     return out
 
-
-def resource_fields() -> list[str]:
-    """The field names of :class:`SlurmResources`, in order."""
-    return [f.name for f in fields(SlurmResources)]
