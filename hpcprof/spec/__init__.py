@@ -53,7 +53,7 @@ from .schema import (
     field_docs,
 )
 from .errors import SpecError
-from .load import apply_values, load_spec, read_spec_toml, set_value, spec_from_dict
+from .load import apply_values, load_spec, set_value, spec_from_dict
 from .toml import coerce_value, read_toml
 
 __all__ = [
@@ -61,6 +61,6 @@ __all__ = [
     "Data", "Drills", "JobSpec", "Model", "Profiler", "Resources", "SpecError", "Train",
     "add_field_argument", "add_resource_arguments", "add_spec_arguments", "apply_values", "builtin_only", "choices",
     "coerce_value", "field_docs", "field_of_flag", "flag_of", "iter_fields", "load_spec", "override_argv",
-    "override_items", "overrides_from_args", "read_spec_toml", "read_toml", "resources_from_args",
+    "override_items", "overrides_from_args", "read_toml", "resources_from_args",
     "set_value", "spec_from_args", "spec_from_dict", "split_passthrough", "validate_run_name",
 ]

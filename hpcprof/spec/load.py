@@ -65,8 +65,3 @@ def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None =
 def spec_from_dict(data: dict[str, Any]) -> JobSpec:
     """Rebuild a spec from :meth:`JobSpec.to_dict` output (manifest, spec.toml)."""
     return apply_values(JobSpec(), data).validate()
-
-
-def read_spec_toml(path: str | Path) -> JobSpec:
-    """The spec a run directory's ``spec.toml`` holds, validated."""
-    return load_spec(path)

@@ -226,7 +226,7 @@ class JobSpec:
 
     def to_toml(self) -> str:
         """The spec as a TOML job file (what ``spec.toml`` in a run directory holds): each section a
-        table, resources.slurm_extra a sub-table; :func:`.load.read_spec_toml` reads back the same spec."""
+        table, resources.slurm_extra a sub-table; :func:`.load.load_spec` reads back the same spec."""
         import tomli_w  # here, not at the top: importing the spec needs the standard library only (the sbatch
         # renderer runs from a bare install: tests/test_sbatch.py)
 
