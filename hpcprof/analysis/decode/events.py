@@ -216,9 +216,10 @@ _INT, _NUM = frozenset((int,)), frozenset((int, float))
 
 def number_kind(values, types: set | None = None) -> str | None:
     """"int" when every value is an int (or there is none), "num" when every value is an int or a
-    float, else None: a column's dtype decision (decode/columns.py), in one pass over the values' types in C (an
-    `all(type(v) is int ...)` generator was a third of the table's time). Exact types, so bools,
-    int or float subclasses, None and texts are not numbers here, as in pandas' inference.
+    float, else None: a column's dtype decision (decode/columns.py), in one pass over the values'
+    types in C (an `all(type(v) is int ...)` generator was a third of the table's time). Exact
+    types, so bools, int or float subclasses, None and texts are not numbers here, as in pandas'
+    inference.
     `types`: the set of the values' types, where the caller has it already."""
     if types is None:
         types = set(map(type, values))
