@@ -86,8 +86,10 @@ def test_number_kind_uses_exact_types():
 
 
 def _pandas_but_huge_ints(values: list) -> pd.Series:
-    """pandas' column of `values`, with the departure above: ints and floats only, a float64 column."""
-    if number_kind(values) == "num":
+    """pandas' column of `values`, with the departure above: ints and floats only (exact types, as
+    pandas tells them apart: no bools), at least one float, a float64 column."""
+    types = {type(v) for v in values}
+    if float in types and types <= {int, float}:
         return pd.Series(values, dtype=np.float64)
     return pd.Series(values)
 
