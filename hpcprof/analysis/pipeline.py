@@ -179,7 +179,6 @@ def _changed_while_read(results: list[RankResult], warnings: list[str]) -> None:
                         "(replaced or rewritten); analysed as read, and these outputs will not be reused for other content")
 
 
-
 def _check_options(src: Path, run: RunDir, out, ranks, timeline_max_events, traces=None) -> None:
     """Refuse, before anything is read or written, what would give wrong outputs: negative ranks,
     a timeline budget below 1, and an output folder that is the folder the traces are read from
