@@ -78,12 +78,18 @@ def test_the_ladder_amp_rung_runs_on_any_gpu():
 
 # ------------------------------------------------------------------ NCCL settings (item 13)
 def test_nccl_environment_keeps_pytorchs_error_handling_and_adds_the_flight_recorder(tmp_path):
-    env = nccl_environment(tmp_path / "run", {})
+    env = nccl_environment(tmp_path / "run", {}, "2.11.0+cu130")
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in env  # PyTorch's default (3) stays
-    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1" and int(env["TORCH_NCCL_TRACE_BUFFER_SIZE"]) > 0
+    # torch 2.11 warns on every process group that the old name of the buffer size is deprecated
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1" and int(env["TORCH_FR_BUFFER_SIZE"]) > 0
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env
     assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith(str(tmp_path / "run" / "nccl-flight-recorder"))
     assert env["NCCL_DEBUG"] == "WARN"
-    assert "NCCL_DEBUG" not in nccl_environment(tmp_path, {"NCCL_DEBUG": "INFO"})  # the user's setting wins
+    old = nccl_environment(tmp_path / "run", {}, "2.5.1")  # before 2.8: the old name only
+    assert int(old["TORCH_NCCL_TRACE_BUFFER_SIZE"]) > 0 and "TORCH_FR_BUFFER_SIZE" not in old
+    assert "NCCL_DEBUG" not in nccl_environment(tmp_path, {"NCCL_DEBUG": "INFO"}, "2.11.0")  # the user's setting wins
+    mine = nccl_environment(tmp_path, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}, "2.11.0")
+    assert "TORCH_FR_BUFFER_SIZE" not in mine  # the user's size, under either name, is left alone
 
 
 # ------------------------------------------------------------------ failure classification (item 16)

@@ -121,21 +121,49 @@ def amp_plan(amp: str, device_type: str, capability: tuple[int, int] | None) -> 
 
 
 # ------------------------------------------------------------------ NCCL environment
-def nccl_environment(run_root: str | Path, env: dict) -> dict[str, str]:
+FR_BUFFER_RENAMED = (2, 8)
+"""The torch release that reads the flight recorder's buffer size from TORCH_FR_BUFFER_SIZE (and warns on
+every process group that TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated, as torch 2.11 was seen doing)."""
+
+
+def _release(torch_version: str) -> tuple[int, int]:
+    parts = torch_version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def nccl_environment(run_root: str | Path, env: Mapping[str, str], torch_version: str) -> dict[str, str]:
     """The NCCL / c10d variables a first GPU run should have, without overriding the user's.
 
     - PyTorch's own TORCH_NCCL_ASYNC_ERROR_HANDLING default (3: abort the communicator and tear the
       process down on an error or timeout) is kept: nothing here sets it.
-    - The flight recorder: the last 2,000 collectives of each rank, dumped on a timeout into the run
-      directory (``nccl-flight-recorder/rank-<r>``), so a hang leaves the collective each rank was in
-      (read by hpcprof.rundir.flight_recorder).
+    - The flight recorder: the last 2,000 collectives of each rank (TORCH_FR_BUFFER_SIZE from torch 2.8,
+      TORCH_NCCL_TRACE_BUFFER_SIZE before), dumped on a timeout into the run directory
+      (``nccl-flight-recorder/rank-<r>``), so a hang leaves the collective each rank was in (read by
+      hpcprof.rundir.flight_recorder).
     - NCCL_DEBUG=WARN: NCCL's own warnings (network, topology) in the rank logs.
-    Values the user has set are kept as they are."""
+    Values the user has set are kept as they are (either name of the buffer size)."""
     folder = dump_folder(run_root)
+    size = "TORCH_FR_BUFFER_SIZE" if _release(torch_version) >= FR_BUFFER_RENAMED else "TORCH_NCCL_TRACE_BUFFER_SIZE"
     wanted = {
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(folder / FR_PREFIX),
         "NCCL_DEBUG": "WARN",
     }
+    if not {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} & set(env):
+        wanted[size] = "2000"
     return {k: v for k, v in wanted.items() if k not in env}
+
+
+def use_nccl_environment(run_root: str | Path) -> None:
+    """Set :func:`nccl_environment` in this process (before its first NCCL communicator exists) and
+    make the flight recorder's folder, so that a NCCL watchdog timeout leaves its dumps in the run
+    directory."""
+    import torch
+
+    extra = nccl_environment(run_root, os.environ, torch.__version__)
+    if "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" in extra:
+        Path(extra["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]).parent.mkdir(parents=True, exist_ok=True)
+    os.environ.update(extra)

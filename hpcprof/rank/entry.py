@@ -42,9 +42,14 @@ def run_rank(spec: JobSpec, run_root: str, log: str | None = None) -> Any:
     watcher = None
     try:
         if not spec.workload.builtin:
+            import torch
+
             from .auto import install
+            from .device import use_nccl_environment
 
             export_launch_env(detect_rank_env())
+            if torch.cuda.is_available():  # the code's own NCCL group, too, dumps its flight recorder here
+                use_nccl_environment(run.root)
             watcher = install(spec, str(run.root), log, launched=True)
         result = run_workload(spec)
     except BaseException as exc:

@@ -35,7 +35,7 @@ from ..rundir.manifest import Clock, RankEntry, record_attempt
 from ..rundir.records import control_label
 from ..spec import JobSpec
 from .control import thread_ids
-from .device import choose_device, gpus_requested, nccl_environment
+from .device import choose_device, gpus_requested, use_nccl_environment
 from .env import (RankEnv, collect_versions, cpu_threads, detect_rank_env, device_name, init_process_group, node_cpus,
                   pin_to_own_cores)
 from .failures import FailureContext
@@ -125,7 +125,7 @@ def connect_rank(prep: PreparedRank, spec: JobSpec, run_root: str | None, log: s
     else:
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda" and run_root:
-            _nccl_env(run_root)
+            use_nccl_environment(run_root)
         init_process_group(renv, backend, spec.train.pg_timeout_s, device)
         owns_pg = True
         made_by = PG_HPCPROF
@@ -142,7 +142,7 @@ def connect_rank(prep: PreparedRank, spec: JobSpec, run_root: str | None, log: s
             run = RunDir(run_root) if run_root else agree_run_dir(spec, renv, ctrl_group)
         try:
             if device.type == "cuda" and not run_root:
-                _nccl_env(str(run.root))  # before the first NCCL communicator exists (created lazily)
+                use_nccl_environment(str(run.root))  # before the first NCCL communicator exists (created lazily)
             run.ensure_layout()
         except OSError as exc:
             raise RunDirError(_cannot_create(run, exc, chosen_here=not run_root)) from None
@@ -195,13 +195,6 @@ def _in_the_way(root: Path) -> str | None:
         except OSError:
             return None
     return None
-
-
-def _nccl_env(root: str) -> None:
-    extra = nccl_environment(root, os.environ)
-    if "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" in extra:
-        Path(extra["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]).parent.mkdir(parents=True, exist_ok=True)
-    os.environ.update(extra)
 
 
 def agree_run_dir(spec: JobSpec, renv: RankEnv, group) -> RunDir:
