@@ -58,24 +58,37 @@ def read_snapshot(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _frames(frames: Any) -> list[str]:
-    """'file:line name' of the first FRAMES_KEPT frames (innermost first), as memory_viz lists them."""
+RECORDING_FRAMES = ("torch::unwind::", "torch::CapturedTraceback::", "torch::cuda::(anonymous namespace)::gather",
+                    "c10::cuda::CUDACachingAllocator::")
+"""Name prefixes of the C++ frames of the recording itself (the unwinder and the caching allocator), which a
+snapshot taken with C++ stacks (PyTorch's default, stacks="all") puts first on every block: left out."""
+
+
+def _frames(frames: Any, keep: int | None = FRAMES_KEPT) -> list[str]:
+    """'file:line name' of the first `keep` frames (innermost first; None: all), as memory_viz lists
+    them, past the frames of the recording itself (RECORDING_FRAMES)."""
     out = []
     for f in frames if isinstance(frames, list) else []:
-        if isinstance(f, dict):
-            out.append(f"{f.get('filename', '?')}:{f.get('line', '?')} {f.get('name', '?')}")
-        if len(out) == FRAMES_KEPT:
+        if not isinstance(f, dict) or str(f.get("name", "")).startswith(RECORDING_FRAMES):
+            continue
+        out.append(f"{f.get('filename', '?')}:{f.get('line', '?')} {f.get('name', '?')}")
+        if len(out) == keep:
             break
     return out
 
 
 def _where(frames: list[str]) -> str | None:
-    """The innermost frame outside PyTorch and the standard library: the user's line, where known."""
+    """The innermost Python frame outside PyTorch and the standard library (the user's line); else,
+    for memory that C++ alone allocated (the autograd engine's thread, cuDNN's workspaces), the
+    innermost frame kept, its C++ arguments left out."""
     for f in frames:
         path = f.split(":", 1)[0]
-        if "/torch/" not in path and "site-packages" not in path and "/lib/python" not in path and not path.startswith("??"):
+        if path.endswith(".py") and "/torch/" not in path and "site-packages" not in path and "/lib/python" not in path:
             return f
-    return frames[0] if frames else None
+    if not frames:
+        return None
+    name = frames[0].split(" ", 1)[-1]  # past 'file:line ', which C++ frames mostly lack ('??:0', ':0')
+    return name.split("(", 1)[0] or name
 
 
 def _int(v: Any) -> int | None:
@@ -138,7 +151,7 @@ def peak_blocks(snapshot: dict[str, Any], top: int = TOP_BLOCKS) -> list[dict[st
         out.append({
             "device": device, "entries": len(entries), "peak_bytes": peak, "peak_entry": peak_at,
             "live_blocks_at_peak": len(peak_live),
-            "largest_blocks": [{"bytes": size, "where": _where(_frames(fr)), "frames": _frames(fr)} for size, fr in largest],
+            "largest_blocks": [{"bytes": size, "where": _where(_frames(fr, None)), "frames": _frames(fr)} for size, fr in largest],
             "oom": ooms,
             "reserved_bytes_at_dump": sum(_int(s.get("total_size")) or 0 for s in mine),
             "allocated_bytes_at_dump": sum(_int(s.get("allocated_size")) or 0 for s in mine),
