@@ -189,6 +189,10 @@ def _summary(calls: pd.DataFrame, has_kernels: bool, dev_name, peak, why, steps)
         reasons["mfu_pct"] = "no profiled steps (ProfilerStep#N ranges) in the trace"
     elif peak is None:
         reasons["mfu_pct"] = why
+    elif known.empty:  # nothing counted (no shapes recorded): MFU unknown, not 0
+        reasons["mfu_pct"] = "no counted call has known FLOPs" + (
+            f" ({', '.join(out['calls_without_flops'])})" if out.get("calls_without_flops") else
+            " (no GEMM, convolution or attention operator in the profiled steps)")
     else:
         s0 = np.array([s[1] for s in steps])
         s1 = np.array([s[2] for s in steps])
