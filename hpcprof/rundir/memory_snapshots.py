@@ -78,15 +78,15 @@ def _frames(frames: Any, keep: int | None = FRAMES_KEPT) -> list[str]:
 
 
 def _where(frames: list[str]) -> str | None:
-    """The innermost Python frame outside PyTorch and the standard library (the user's line); else,
-    for memory that C++ alone allocated (the autograd engine's thread, cuDNN's workspaces), the
-    innermost frame kept, its C++ arguments left out."""
+    """The innermost Python frame outside PyTorch and the standard library (the user's line); else
+    the innermost frame: as it is when it is Python's, its function alone when it is C++'s (memory
+    that C++ alone allocated: the autograd engine's thread, cuDNN's workspaces)."""
     for f in frames:
         path = f.split(":", 1)[0]
         if path.endswith(".py") and "/torch/" not in path and "site-packages" not in path and "/lib/python" not in path:
             return f
-    if not frames:
-        return None
+    if not frames or frames[0].split(":", 1)[0].endswith(".py"):
+        return frames[0] if frames else None
     name = frames[0].split(" ", 1)[-1]  # past 'file:line ', which C++ frames mostly lack ('??:0', ':0')
     return name.split("(", 1)[0] or name
 

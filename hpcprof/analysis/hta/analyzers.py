@@ -46,7 +46,7 @@ def zero_negative_durations(frame: pd.DataFrame) -> int:
     boundary (a small device-to-device copy, say) gets a duration of -1. HTA's temporal breakdown
     then fails its own assertion (non-compute time < 0) and its kernel sums count -1 us per such
     event. With the duration 0 every HTA figure is defined; on a trace without such events nothing
-    changes. tests/analysis/test_gpu_traces.py shows the failure with HTA's own parser and analyzer
+    changes. tests/analysis/test_h200_traces.py shows the failure with HTA's own parser and analyzer
     on a real H200 trace, and checks the figures against HTA's analyzer on the corrected frame."""
     dur = frame["dur"].to_numpy()
     negative = dur < 0
