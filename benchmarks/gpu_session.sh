@@ -17,7 +17,10 @@
 # On the device machine, with the missing wheels carried in .whl (benchmarks/README.md says which):
 #   bash benchmarks/gpu_session.sh
 # Without a GPU, DRY=1 runs the same steps small on CPU ranks (a check of this script, not of the GPU).
+# STEPS names the steps to run (default: all): the whole set is more than one call's 10 minutes on an
+# H200, so a session runs STEPS="demo small gpt nccl synthetic" in one call and STEPS=ladder in the next.
 set -u
+STEPS=${STEPS:-demo small gpt nccl synthetic ladder}
 OUT=${OUT:-/tmp/gpu-session-out}
 BUDGET_S=${BUDGET_S:-540}
 WORK=${WORK:-/tmp/gpu-session}
@@ -28,6 +31,7 @@ exec > >(tee -a "$OUT/log.txt") 2>&1
 export PYTHONUNBUFFERED=1
 
 left() { echo $((BUDGET_S - SECONDS)); }
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 # step NAME NEED LIMIT CMD...: run CMD under `timeout` if NEED seconds are left, never past the budget
 step() {
     local name=$1 need=$2 lim=$3 t rc
@@ -91,18 +95,18 @@ else
 fi
 OPTS=(--profiler-record-shapes --profiler-profile-memory --profiler-memory-snapshot)
 
-step demo 60 180 $PY -m hpcprof.submit --job jobs/demo-local.toml --runs-dir "$WORK/demo" --analyze "${SMALL[@]}"
-pack demo "$(newest "$WORK/demo")"
+want demo && step demo 60 180 $PY -m hpcprof.submit --job jobs/demo-local.toml --runs-dir "$WORK/demo" --analyze "${SMALL[@]}"
+want demo && pack demo "$(newest "$WORK/demo")"
 
-step small-trace 60 180 $PY -m hpcprof.submit --job jobs/demo-local.toml --runs-dir "$WORK/small" --analyze \
+want small && step small-trace 60 180 $PY -m hpcprof.submit --job jobs/demo-local.toml --runs-dir "$WORK/small" --analyze \
     --name demo-shapes-memory "${OPTS[@]}" "${SMALL[@]}"
-pack small "$(newest "$WORK/small")"
+want small && pack small "$(newest "$WORK/small")"
 
-step gpt 60 180 $PY -m hpcprof.submit --script examples/gpt.py --runs-dir "$WORK/gpt" --analyze "${SMALL[@]}" \
+want gpt && step gpt 60 180 $PY -m hpcprof.submit --script examples/gpt.py --runs-dir "$WORK/gpt" --analyze "${SMALL[@]}" \
     --train-steps 20 --profiler-wait 8 --profiler-warmup 2 --profiler-active 3 "${OPTS[@]}" -- "${GPT[@]}"
-pack gpt "$(newest "$WORK/gpt")"
+want gpt && pack gpt "$(newest "$WORK/gpt")"
 
-if [ "${DRY:-0}" != 1 ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+if want nccl && [ "${DRY:-0}" != 1 ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
     step nccl-stall 80 150 $PY -m hpcprof.submit --script tests/data/flight_recorder/nccl_stall.py \
         --runs-dir "$WORK/nccl" --train-steps 10 -- "${STALL[@]}"
     run=$(newest "$WORK/nccl")
@@ -111,13 +115,13 @@ if [ "${DRY:-0}" != 1 ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge
 fi
 
 # the best rung's model and precision on batches made once on the GPU: the compute upper bound
-step synthetic 60 150 $PY -m hpcprof.submit --job jobs/ladder/07-channels-last.toml --runs-dir "$WORK/synthetic" \
+want synthetic && step synthetic 60 150 $PY -m hpcprof.submit --job jobs/ladder/07-channels-last.toml --runs-dir "$WORK/synthetic" \
     --analyze --name synthetic-upper-bound --data-source synthetic --data-num-workers 0 --no-data-pin-memory \
     --no-data-non-blocking --no-data-uint8-on-device "${LADDER[@]}"
-pack synthetic "$(newest "$WORK/synthetic")"
+want synthetic && pack synthetic "$(newest "$WORK/synthetic")"
 
-step ladder 150 600 $PY -m hpcprof.ladder jobs/ladder --out "$WORK/ladder" "${LADDER[@]}" "${THROUGH[@]}"
-if [ -d "$WORK/ladder" ]; then  # every rung's record and analysis; the best rung's traces apart
+want ladder && step ladder 150 600 $PY -m hpcprof.ladder jobs/ladder --out "$WORK/ladder" "${LADDER[@]}" "${THROUGH[@]}"
+if want ladder && [ -d "$WORK/ladder" ]; then  # every rung's record and analysis; the best rung's traces apart
     tar -C "$WORK" -czf "$OUT/ladder.tar.gz" --exclude='cache' --exclude='*.parquet' --exclude='__pycache__' \
         --exclude='torch_compile_debug' --exclude='*.pt.trace.json*' --exclude='timeline*' ladder
     ls -l "$OUT/ladder.tar.gz"
