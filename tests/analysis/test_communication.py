@@ -52,7 +52,8 @@ def _classified(path):
 
 def _real_traces():
     return sorted(p for p in TRACES.rglob("*.json*") if p.is_file() and p.parent != TRACES and "execution_trace" not in str(p)
-                  and "memory_analysis" not in str(p) and "call_stack" not in str(p))
+                  and "memory_analysis" not in str(p) and "call_stack" not in str(p)
+                  and p.name.endswith((".json", ".json.gz")) and p.name != "manifest.json")  # a run directory's records are no traces
 
 
 @pytest.mark.parametrize("path", _real_traces(), ids=lambda p: str(p.relative_to(TRACES))[:60])

@@ -51,11 +51,13 @@ def _folders() -> list[str]:
 
 def _key(folder: Path) -> str:
     files = sorted((f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in folder.iterdir() if f.is_file())
-    return f"{importlib.metadata.version('HolisticTraceAnalysis')}|{files}"
+    return f"{importlib.metadata.version('HolisticTraceAnalysis')}|negative durations zeroed|{files}"
 
 
 def hta_reference(folder: Path) -> dict:
-    """HTA's numbers for a folder, or {"error": ...} where HTA itself raises."""
+    """HTA's numbers for a folder, or {"error": ...} where HTA itself raises. HTA's analyzers run on
+    HTA's own frames with the one correction hpcprof makes (docs/analysis.md, "One correction of
+    HTA"), restated here: a duration HTA's rounding of nanosecond times made negative is 0."""
     logging.getLogger("hta").setLevel(logging.CRITICAL)
     from hta.trace_analysis import TraceAnalysis
 
@@ -63,6 +65,10 @@ def hta_reference(folder: Path) -> dict:
     try:
         ta = TraceAnalysis(trace_dir=str(folder))
         ranks = sorted(ta.t.get_all_traces().keys())
+        for frame in ta.t.get_all_traces().values():
+            negative = frame["dur"] < 0
+            frame.loc[negative, "dur"] = 0
+            frame.loc[negative, "end"] = frame.loc[negative, "ts"]
         tb = ta.get_temporal_breakdown(visualize=False)
     except Exception as exc:  # HTA raises all sorts on the awkward inputs: that is what we record
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
