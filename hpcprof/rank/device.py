@@ -121,17 +121,9 @@ def amp_plan(amp: str, device_type: str, capability: tuple[int, int] | None) -> 
 
 
 # ------------------------------------------------------------------ NCCL environment
-FR_BUFFER_RENAMED = (2, 8)
+FR_BUFFER_RENAMED = "2.8"
 """The torch release that reads the flight recorder's buffer size from TORCH_FR_BUFFER_SIZE (and warns on
 every process group that TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated, as torch 2.11 was seen doing)."""
-
-
-def _release(torch_version: str) -> tuple[int, int]:
-    parts = torch_version.split("+")[0].split(".")
-    try:
-        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
-    except (IndexError, ValueError):
-        return (0, 0)
 
 
 def nccl_environment(run_root: str | Path, env: Mapping[str, str], torch_version: str) -> dict[str, str]:
@@ -146,7 +138,9 @@ def nccl_environment(run_root: str | Path, env: Mapping[str, str], torch_version
     - NCCL_DEBUG=WARN: NCCL's own warnings (network, topology) in the rank logs.
     Values the user has set are kept as they are (either name of the buffer size)."""
     folder = dump_folder(run_root)
-    size = "TORCH_FR_BUFFER_SIZE" if _release(torch_version) >= FR_BUFFER_RENAMED else "TORCH_NCCL_TRACE_BUFFER_SIZE"
+    from torch.torch_version import TorchVersion
+
+    size = "TORCH_FR_BUFFER_SIZE" if TorchVersion(torch_version) >= FR_BUFFER_RENAMED else "TORCH_NCCL_TRACE_BUFFER_SIZE"
     wanted = {
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(folder / FR_PREFIX),
