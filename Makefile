@@ -2,6 +2,7 @@
 #   make demo   install into .venv, run the demo job (local executor, a rank per GPU it finds, or
 #               2 CPU ranks on gloo), analyse it and print where the report is
 #   make test   install into .venv (and, as root, the Debian packages of the SLURM tests), run the suite
+#               (scripts/run-tests.sh: 2 workers, then the timing tests alone; TEST_WORKERS, PYTEST_ARGS)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -23,7 +24,7 @@ demo: install
 
 test: install
 	scripts/install-debian-deps.sh
-	$(PY) -m pytest $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PY) $(PYTEST_ARGS)
 
 clean-runs:
 	rm -rf $(RUNS_DIR)

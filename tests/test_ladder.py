@@ -12,6 +12,8 @@ import pytest
 
 from hpcprof.launch.ladder import find_rungs
 
+pytestmark = pytest.mark.alone  # the rungs' throughputs are compared with each other (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 
 TINY = """[resources]

@@ -41,6 +41,8 @@ from helpers import FAST_FLAGS, REPO, assert_straggler_drill_verdict, drill_trut
 from hpcprof.analysis import analyze
 from hpcprof.rundir import RunDir
 
+pytestmark = pytest.mark.alone  # the trigger's threshold and the drill's cost are timings of the run itself (tests/conftest.py)
+
 # The job-wide trigger is off here (a 1000% rise): on this VM's 2 shared cores, other processes can
 # double every rank's step time for seconds, which that trigger rightly captures (benchmarks/README.md,
 # 2 of 10 healthy runs); these runs check the rank trigger against a drill. The job-wide trigger's

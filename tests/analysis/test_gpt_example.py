@@ -20,6 +20,8 @@ from hpcprof.analysis import analyze
 
 from .conftest import REPO
 
+pytestmark = pytest.mark.alone  # the drill's cost is checked against a truth timed in the run (tests/conftest.py)
+
 GPT = REPO / "examples" / "gpt.py"
 # 30 steps; the profiler window holds steps 4-13, 5 drilled and 5 not (as the ResNet drill)
 COMMON = ["--cluster", "local", "--tasks-per-node", "2", "--script", str(GPT), "--train-steps", "30",

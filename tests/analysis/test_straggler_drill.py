@@ -29,6 +29,8 @@ from helpers import assert_straggler_drill_verdict, drill_truth, ops_ms_per_step
 
 from hpcprof.analysis import analyze
 
+pytestmark = pytest.mark.alone  # the drill's cost, and a healthy run flagging nobody, are timings of the runs (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def analysed(drill_runs, tmp_path_factory):

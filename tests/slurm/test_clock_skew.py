@@ -22,10 +22,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+import pytest
+
 from hpcprof.analysis import analyze
 from hpcprof.rank.clock_skew import skew_trace_file
 
 from .test_slurm_jobs import manifest, submit_cmd
+
+pytestmark = pytest.mark.alone  # the recovered offset's uncertainty is bounded in milliseconds (tests/conftest.py)
 
 SKEW_MS = 5.0
 

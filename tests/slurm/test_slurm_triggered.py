@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from helpers import assert_straggler_drill_verdict, drill_truth, require_resolved_truth
 
 from hpcprof.analysis import analyze
 from hpcprof.rundir import RunDir
 
 from .test_slurm_jobs import submit_cmd
+
+pytestmark = pytest.mark.alone  # the trigger's threshold and the drill's cost are timings of the run itself (tests/conftest.py)
 
 DRILL_MS = 400
 FLAGS = ["--tasks-per-node", "1", "--train-steps", "200", "--data-batch-size", "8", "--model-image-size", "32",

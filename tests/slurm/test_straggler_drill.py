@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import subprocess
 
-
+import pytest
 from helpers import assert_straggler_drill_verdict, drill_truth, require_resolved_truth
 
 from hpcprof.analysis import analyze
 
 from .test_slurm_jobs import manifest, submit_cmd
+
+pytestmark = pytest.mark.alone  # the drill's cost is checked against a truth timed in the run (tests/conftest.py)
 
 # 30 steps; the profiler window (steps 4-13) holds 10 steps, 5 drilled and 5 not.
 DRILL_FLAGS = ["--tasks-per-node", "1", "--train-steps", "30", "--data-batch-size", "8",
