@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite in two passes (what `make test` runs after the install):
-#   1. every test not marked `alone`, on TEST_WORKERS pytest-xdist workers (default 2): the tests
-#      of one file on one worker, all of tests/slurm on one (tests/conftest.py says why);
+#   1. every test not marked `alone`, on TEST_WORKERS pytest-xdist workers (default 2), the tests of
+#      one file on one worker (--dist loadfile), so that a module's fixture (a job several tests
+#      read) runs once; a worker that runs SLURM tests starts its own local cluster, whose job ids
+#      (and so rendezvous ports) are apart from the other worker's (tests/slurm/conftest.py);
 #   2. the tests marked `alone`, one at a time in one process: their truth is a timing of their own
 #      run (a drill's in-run cost, a ladder's throughputs, a trigger), which another test's load on
 #      the same cores would distort.
@@ -15,7 +17,7 @@ py=$1
 shift
 workers=${TEST_WORKERS:-2}
 
-"$py" -m pytest -n "$workers" --dist loadgroup -m "not alone" "$@"
+"$py" -m pytest -n "$workers" --dist loadfile -m "not alone" "$@"
 first=$?
 "$py" -m pytest -p no:xdist -m alone "$@"
 second=$?

@@ -13,26 +13,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from helpers import INPUT_DIRS, input_snapshot, snapshot_changes  # noqa: E402  (helpers sits beside this file)
 
 
-TESTS = Path(__file__).resolve().parent
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """How `make test` (scripts/run-tests.sh) spreads the suite over pytest-xdist's workers
-    (``--dist loadgroup``): the tests of one file stay on one worker, so a module's fixture (a job
-    several tests read) runs once; every test under tests/slurm is one group, so one worker starts
-    the local SLURM cluster and no two clusters hand out the same job ids (a job's rendezvous port
-    is derived from its id). Tests marked ``alone`` (a timing measured in their own run is their
-    truth) are run by the second, serial pass with nothing beside them. Before xdist's own hook,
-    which reads the groups."""
-    if not config.pluginmanager.hasplugin("xdist"):  # the serial pass (-p no:xdist), or xdist not installed
-        return
-    for item in items:
-        path = Path(str(item.fspath)).resolve()
-        group = "slurm" if TESTS / "slurm" in path.parents else path.relative_to(TESTS).as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(scope="session", autouse=True)
 def input_folders_unchanged():
     """The tests' input folders (helpers.INPUT_DIRS: the real traces of tests/data, the golden

@@ -202,6 +202,10 @@ class LocalSlurm:
     cpus_per_node: int = 8
     memory_mb: int = 16000
     partition: str = PARTITION
+    first_job_id: int = 1
+    """The id of the cluster's first job. Clusters started side by side (the test suite's workers)
+    take ids in distinct ranges, since a job's rendezvous port is derived from its id
+    (hpcprof.rank.env.slurm_port)."""
     daemons: dict[str, Daemon] = field(default_factory=dict)
     node_namespaces: dict[str, str] = field(default_factory=dict)
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
@@ -212,6 +216,8 @@ class LocalSlurm:
             raise ValueError(f"nodes: must be between 1 and 16, got {self.nodes}")
         if self.cpus_per_node < 1:
             raise ValueError(f"cpus_per_node: must be >= 1, got {self.cpus_per_node}")
+        if self.first_job_id < 1:
+            raise ValueError(f"first_job_id: must be >= 1, got {self.first_job_id}")
 
     # ----------------------------------------------------------------------------- paths
     @property
@@ -364,6 +370,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0
+FirstJobId={self.first_job_id}
 SlurmdParameters=config_overrides
 MpiDefault=none
 ReturnToService=2

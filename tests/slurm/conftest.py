@@ -35,7 +35,10 @@ def slurm_cluster(tmp_path_factory):
     if reason:
         pytest.skip(f"local SLURM cluster cannot start: {reason}")
     # Short path: munge and MariaDB sockets live below it (unix socket paths max 107 bytes).
-    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"), nodes=2, cpus_per_node=8)
+    # `make test` may start one cluster per pytest-xdist worker (PYTEST_XDIST_WORKER gw0, gw1...):
+    # each hands out its own range of job ids, so no two jobs share a rendezvous port
+    worker = int("".join(c for c in os.environ.get("PYTEST_XDIST_WORKER", "") if c.isdigit()) or 0)
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"), nodes=2, cpus_per_node=8, first_job_id=1 + 1000 * worker)
     cluster.start()
     try:
         yield cluster
