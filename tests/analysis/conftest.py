@@ -72,14 +72,24 @@ def _submit(runs_dir: Path, name: str, extra: list[str]) -> Path:
     return run
 
 
+def _drill_pair(runs_dir: Path, extra: list[str]) -> dict[str, Path]:
+    return {
+        "healthy": _submit(runs_dir, "healthy", extra),
+        "drill": _submit(runs_dir, "drill", [*extra, "--inject-straggler", DRILL]),
+    }
+
+
 @pytest.fixture(scope="session")
 def drill_runs(tmp_path_factory) -> dict[str, Path]:
     """A healthy 2-rank run and the same run with `--inject-straggler 1:60:2`, produced once."""
-    runs = tmp_path_factory.mktemp("runs")
-    return {
-        "healthy": _submit(runs, "healthy", []),
-        "drill": _submit(runs, "drill", ["--inject-straggler", DRILL]),
-    }
+    return _drill_pair(tmp_path_factory.mktemp("runs"), [])
+
+
+@pytest.fixture(scope="session")
+def drill_pair():
+    """The pair of `drill_runs` with more flags (later flags win): (runs_dir, extra) -> runs, for a
+    module that needs another window than the shared pair's."""
+    return _drill_pair
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,17 @@ from hpcprof.analysis import analyze
 
 pytestmark = pytest.mark.alone  # the drill's cost, and a healthy run flagging nobody, are timings of the runs (tests/conftest.py)
 
+# The conftest's pair with 40 steps and a 20-step profiler window (steps 4-23: 10 drilled, 10 not):
+# the truth is a median over the drilled profiled steps, and its uncertainty, which must stay under a
+# third of the drill or the drill check is skipped (helpers.require_resolved_truth), shrinks with
+# their number. The other tests keep the shared pair's 10-step window.
+WINDOW = ["--train-steps", "40", "--profiler-active", "20"]
+
+
+@pytest.fixture(scope="module")
+def drill_runs(tmp_path_factory, drill_pair):
+    return drill_pair(tmp_path_factory.mktemp("runs"), WINDOW)
+
 
 @pytest.fixture(scope="module")
 def analysed(drill_runs, tmp_path_factory):
