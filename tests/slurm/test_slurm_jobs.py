@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -91,9 +92,12 @@ def test_generic_template_rendered_for_local_partition_runs_with_plain_sbatch(sl
     assert all(step_numbers(run, r) == [0, 1, 2, 3] for r in range(4))
 
 
-def _squeue(cluster, job: str) -> str:
-    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], env=cluster.env,
-                          capture_output=True, text=True, timeout=10).stdout.strip()
+def _job_state(cluster, job: str) -> dict[str, str] | None:
+    """JobState, Reason and Restarts of the job from ONE `scontrol show job`, so they describe the
+    same moment; None where scontrol failed (a controller busy with the requeue can refuse it)."""
+    out = _show_job(cluster, job)
+    fields = dict(re.findall(r"\b(JobState|Reason|Restarts)=(\S+)", out))
+    return fields if "JobState" in fields else None
 
 
 def preempt_when_running(cluster, run: Path, job_id=None, alive=lambda: True, timeout=120) -> str:
@@ -111,17 +115,20 @@ def preempt_when_running(cluster, run: Path, job_id=None, alive=lambda: True, ti
     # SLURM holds a requeued batch job for about 2 minutes (BeginTime); release it as an operator
     # would with `scontrol update`, so the test does not sit through the hold. On a real cluster
     # the previous start is long gone by the end of the hold: release only once it is here too.
+    # State, reason and restarts come from one query: read from two (squeue, then scontrol), a job
+    # seen RUNNING just before its requeue and counted restarted just after passed for one running
+    # again, and was left in the hold (the launcher's wait then ran past the test's limit).
     while alive() and time.monotonic() < deadline + 60:
-        state = _squeue(cluster, job)
-        if state == "PENDING BeginTime":
+        st = _job_state(cluster, job)
+        if st is not None and st["JobState"] == "PENDING" and st.get("Reason") == "BeginTime":
             _wait_previous_start_gone(cluster, job)
             subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=cluster.env,
                            check=True, timeout=30)
             return job
-        if state == "" or (state.startswith("RUNNING") and "Restarts=1" in _show_job(cluster, job)):
-            return job
+        if st is not None and st["JobState"] == "RUNNING" and st.get("Restarts") == "1":
+            return job  # out of the hold already: nothing to release
         time.sleep(0.3)
-    raise AssertionError(f"job {job} was never requeued after SIGUSR2 (squeue: {_squeue(cluster, job)!r})")
+    raise AssertionError(f"job {job} was never requeued after SIGUSR2 (scontrol: {_job_state(cluster, job)})")
 
 
 CREDENTIAL_SECOND_S = 2.0
