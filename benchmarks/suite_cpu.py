@@ -15,7 +15,7 @@ own .venv, made first:
     make install && sudo .venv/bin/python benchmarks/suite_cpu.py -- make test
 
 The log line is removed from site-packages and accounting is switched off when the command ends,
-also when it fails or is interrupted.
+also when it fails or is interrupted (Ctrl-C, SIGTERM: the command is then stopped too).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import collections
 import ctypes
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -129,15 +130,22 @@ def main() -> int:
         acct, log = Path(tmp) / "acct", Path(tmp) / "starts.tsv"
         acct.touch()
         log.touch()
-        os.chmod(log, 0o666)  # processes of other users (SLURM's) log too
+        os.chmod(tmp, 0o711)  # processes of other users (a cluster's job steps) log too
+        os.chmod(log, 0o666)
         pth = site / "zz_hpcprof_suite_cpu.pth"
         t0 = time.time()
         if libc.acct(str(acct).encode()) != 0:
             raise SystemExit(f"suite_cpu.py: acct({acct}) failed: {os.strerror(ctypes.get_errno())}")
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cleanup below runs on kill too
+        proc = None
         try:
             pth.write_text(PTH.format(log=str(log)))
-            rc = subprocess.call(command)
+            proc = subprocess.Popen(command)
+            rc = proc.wait()
         finally:
+            if proc is not None and proc.poll() is None:  # interrupted: the command goes with us
+                proc.terminate()
+                proc.wait()
             pth.unlink(missing_ok=True)
             libc.acct(None)
         wall = time.time() - t0
