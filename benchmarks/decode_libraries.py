@@ -18,7 +18,7 @@ trace, the CPU seconds (one thread, garbage collector off, as in the analysis' m
 Each is run `--repeats` times, interleaved; the best and the median are printed. Numbers and the
 command that repeats them: benchmarks/README.md.
 
-    .venv/bin/python benchmarks/decode_libraries.py TRACE [--repeats 5]
+    .venv/bin/python benchmarks/decode_libraries.py TRACE.json[.gz] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from hpcprof.analysis.decode import events as ev
+from hpcprof.analysis.decode.load import read_bytes
 from hpcprof.analysis.decode.stream import split_table
 
 
@@ -70,7 +71,9 @@ def main() -> None:
     ap.add_argument("trace")
     ap.add_argument("--repeats", type=int, default=5)
     opts = ap.parse_args()
-    raw = open(opts.trace, "rb").read()
+    raw = read_bytes(opts.trace)  # the JSON text (.gz inflated, not timed)
+    if split_table(raw) is None:
+        raise SystemExit(f"{opts.trace}: a layout hpcprof decodes whole, not in blocks: nothing to compare")
     generic = msgspec.json.decode(raw)["traceEvents"]
     schema, left_out = _arrow_schema(generic)
     lines = b"\n".join(msgspec.json.encode(e) for e in generic)
