@@ -8,7 +8,8 @@ RSS of the process tree, of its parent process and of its largest child), measur
    `--repeats` times, medians reported): HTA (``TraceAnalysis(trace_dir)`` + temporal, idle-time and
    kernel breakdowns + comm/comp overlap), ``python -m hpcprof.analyze DIR --no-cache`` (fresh, with
    the merged timeline), the same again into the same --out (cached: outputs reused), and into a new
-   --out with the first run's parse cache (cache+reduce); checks that the per-rank numbers
+   --out with a parse cache that a run of its own filled before (cache+reduce: the per-rank map read
+   from the cache, the reduce, timeline and outputs made again); checks that the per-rank numbers
    (temporal breakdown, overlap, kernel-type totals) are equal;
 2. one rank of `--big-mb` MB of JSON: hpcprof fresh, and HTA under its limits;
 3. `--scale-ranks` (64, 256) ranks: hpcprof fresh, and HTA under its limits; with
@@ -169,9 +170,13 @@ def _row_sizes(n: int, d: Path, mb: float, a, py: str, scratch: Path, repeats: i
         res["fresh"].append(measure(_ours(py, d, out, a.workers, ["--no-cache"]), scratch / f"fresh{n}.log"))
         fresh = json.loads((out / "summary.json").read_text())
         res["cached"].append(measure(_ours(py, d, out, a.workers), scratch / f"cached{n}.log"))
-        out_r = scratch / f"out{n}-reduce"
-        shutil.rmtree(out_r, ignore_errors=True)
-        res["reduce"].append(measure(_ours(py, d, out_r, a.workers, ["--cache-dir", str(out / ".cache")]), scratch / f"reduce{n}.log"))
+        # cache+reduce: a parse cache filled by a run of its own (the fresh runs above write none:
+        # --no-cache), then an analysis into a new --out that finds every rank in it
+        out_r, out_fill, cache = scratch / f"out{n}-reduce", scratch / f"out{n}-fill", scratch / f"cache{n}"
+        for stale in (out_r, out_fill, cache):
+            shutil.rmtree(stale, ignore_errors=True)
+        time_only(_ours(py, d, out_fill, a.workers, ["--cache-dir", str(cache)]), scratch / f"fill{n}.log")
+        res["reduce"].append(measure(_ours(py, d, out_r, a.workers, ["--cache-dir", str(cache)]), scratch / f"reduce{n}.log"))
         eq = [compare(hta, json.loads((o / "summary.json").read_text())) if hta else (False, math.inf) for o in (out, out, out_r)]
         all_equal = all_equal and all(e for e, _ in eq)
         f, c, r = res["fresh"][-1], res["cached"][-1], res["reduce"][-1]
