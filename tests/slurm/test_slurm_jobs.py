@@ -125,8 +125,8 @@ def preempt_when_running(cluster, run: Path, job_id=None, alive=lambda: True, ti
             subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=cluster.env,
                            check=True, timeout=30)
             return job
-        if st is not None and st["JobState"] == "RUNNING" and st.get("Restarts") == "1":
-            return job  # out of the hold already: nothing to release
+        if st is not None and st["JobState"] in ("RUNNING", "COMPLETED") and st.get("Restarts", "0") != "0":
+            return job  # out of the hold already (running again, or even done): nothing to release
         time.sleep(0.3)
     raise AssertionError(f"job {job} was never requeued after SIGUSR2 (scontrol: {_job_state(cluster, job)})")
 
