@@ -5,9 +5,12 @@ drills, failure notes, triggered capture, the run directory), through PyTorch's 
 - One step is one optimizer step (``torch.optim.optimizer.register_optimizer_step_post_hook``): a
   step ends when the optimizer's ``step()`` returns, and the next begins there, so the data loading,
   forward, backward and anything else the script does between two optimizer steps (an evaluation, a
-  checkpoint) is in the step where it happened. Gradient accumulation counts once (one
-  ``optimizer.step()``); a step that AMP's GradScaler skips (inf gradients) is not counted. With
-  several optimizers, the first one that steps drives the steps, and one line names the others.
+  checkpoint) is in the step where it happened. The records tile the run (each step starts where the
+  previous one ended): hpcprof's own work at the boundary (the record, its bookkeeping) is in the next
+  step, so that the steps add up to what the script's own timer sees over the same iterations.
+  Gradient accumulation counts once (one ``optimizer.step()``); a step that AMP's GradScaler skips
+  (inf gradients) is not counted. With several optimizers, the first one that steps drives the
+  steps, and one line names the others.
 - Step 0 begins at the first forward pass run with gradients enabled
   (``torch.nn.modules.module.register_module_forward_pre_hook``, removed after it): set-up and an
   evaluation under ``no_grad`` before training are not a step. Step 0's GPU time covers only its end.
@@ -159,7 +162,7 @@ class AutoSession:
             now = (time.perf_counter(), time.time())
             r.begin_step(started=self._first or now)
         r.end_step(defer_profiler=True)
-        r.begin_step(defer_drill=True)
+        r.begin_step(started=r.last_step_end, defer_drill=True)
 
 
 def first_dim(batch: Any) -> int | None:

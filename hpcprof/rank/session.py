@@ -108,8 +108,8 @@ class Run(StepLoop):
         self._t_wall = self._t_alive = None  # the open step's start (wall clock), its last sign of life
         self._state = "new"  # new -> entered -> connected -> closed
         self._requeued = False
-        self._profiler_pending = False  # the profiler's step, deferred to the next forward (zero-change mode)
-        self._drill_pending = False  # the straggler drill's sleep, deferred likewise
+        self._profiler_pending = self._drill_pending = False  # deferred to the next forward (zero-change mode)
+        self.last_step_end: tuple[float, float] | None = None  # (perf_counter, wall) the last record's end
         self._saver: Saver | None = None
         self._resume: dict | None = None
         self._tail: StepRecord | None = None

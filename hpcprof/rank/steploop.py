@@ -141,9 +141,10 @@ class StepLoop:
         r = self.timer.region_s
         known = {k: r.get(k) for k in KNOWN_REGIONS}
         ff = self.timer.first_forward
+        self.last_step_end = (t1, self._t_wall + (t1 - self._t0))
         return StepRecord(
             step=self._step, epoch=self.epoch, rank=self.rank, t_start=self._t_wall,
-            t_end=self._t_wall + (t1 - self._t0), step_s=t1 - self._t0, data_wait_s=known["data"],
+            t_end=self.last_step_end[1], step_s=t1 - self._t0, data_wait_s=known["data"],
             host_pre_forward_s=(ff - self._t0) if ff else None, drill_sleep_s=self._drill_s,
             forward_s=known["forward"], backward_s=known["backward"], optimizer_s=known["optimizer"],
             batch_size=self.batch_size, profiled=self._profiled, copy_s=known["copy"],
