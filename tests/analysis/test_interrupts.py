@@ -52,16 +52,18 @@ def test_ctrl_c_of_analyze_is_one_line_at_any_moment(dlrm_copy, tmp_path, full_a
     """Ctrl-C at 5%, 30%, 50% and 70% of the analysis' duration: start-up, the parse of the 8 traces
     in 2 map processes, the reduce and the chart process.
 
-    The duration is measured once (`full_analysis_s`) and this VM's cores change speed by 10-30%, so
-    a late interruption can land after a faster run has already finished (exit 0): such an attempt
-    interrupted nothing and is played again a little earlier (15% earlier); an early one can land
-    before the interpreter has run any of hpcprof (`_before_hpcprof`) and is played again a little
-    later; at most 4 attempts. An attempt that interrupted hpcprof is checked in full."""
+    The duration is measured once (`full_analysis_s`) and this VM's cores change speed by 10-30%
+    (and by far more while the other test worker's job ends), so a late interruption can land after
+    a faster run has already finished (exit 0): such an attempt interrupted nothing, and its own
+    duration, measured now, places the next one (at the same fraction of it, at most 15% earlier
+    than the last); an early one can land before the interpreter has run any of hpcprof
+    (`_before_hpcprof`) and is played again a little later; at most 4 attempts. An attempt that
+    interrupted hpcprof is checked in full."""
     at = fraction * full_analysis_s
     for attempt in range(4):
-        proc, text, alive = _interrupt_at(dlrm_copy, tmp_path / f"try{attempt}", at)
+        proc, text, alive, ran_s = _interrupt_at(dlrm_copy, tmp_path / f"try{attempt}", at)
         if proc.returncode == 0 and "interrupted" not in text:
-            at *= 0.85  # finished before the signal landed: interrupt earlier
+            at = min(at * 0.85, fraction * ran_s)  # finished before the signal landed: interrupt earlier
             continue
         if _before_hpcprof(proc.returncode, text):
             at = max(at * 1.5, at + 0.03)  # landed in the interpreter's own start-up: a little later
@@ -89,18 +91,21 @@ def _before_hpcprof(returncode: int, text: str) -> bool:
             and str(REPO / "hpcprof") + os.sep not in text and (returncode < 0 or text.rstrip().endswith("KeyboardInterrupt")))
 
 
-def _interrupt_at(src: Path, tmp: Path, at_s: float) -> tuple[subprocess.Popen, str, list]:
+def _interrupt_at(src: Path, tmp: Path, at_s: float) -> tuple[subprocess.Popen, str, list, float]:
     """Start analyze, SIGINT its process group after `at_s` seconds (as a terminal's Ctrl-C), wait;
-    (the process, its stderr, the processes of its tree still alive 5 s later, then killed)."""
+    (the process, its stderr, the processes of its tree still alive 5 s later, then killed, the
+    seconds it ran when it ended before the signal (else `at_s`), to within 20 ms)."""
     tmp.mkdir(parents=True)
     err_path = tmp / "stderr"
     with open(err_path, "w") as err:
         proc = _analyze(src, tmp / "out", err)
-    deadline = time.perf_counter() + at_s
+    started = time.perf_counter()
+    deadline = started + at_s
     seen: dict[int, psutil.Process] = {}
     while time.perf_counter() < deadline and proc.poll() is None:
         seen.update((p.pid, p) for p in _tree(proc.pid))  # every worker it started
         time.sleep(0.02)
+    ran_s = min(time.perf_counter() - started, at_s)
     seen.update((p.pid, p) for p in _tree(proc.pid))
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGINT)
@@ -108,7 +113,7 @@ def _interrupt_at(src: Path, tmp: Path, at_s: float) -> tuple[subprocess.Popen, 
     gone, alive = psutil.wait_procs(list(seen.values()), timeout=5)
     for p in alive:
         p.kill()
-    return proc, err_path.read_text(), alive
+    return proc, err_path.read_text(), alive, ran_s
 
 
 _KILLED_WRITER = """
